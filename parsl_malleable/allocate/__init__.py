@@ -1,0 +1,1 @@
+"""Allocation of idle nodes to training jobs (MILP with pulp; greedy fallback) and block sizing."""

@@ -1,0 +1,1 @@
+"""Config-driven training campaigns: YAML models, runner, persisted state."""

@@ -1,0 +1,75 @@
+"""The ``parsl-malleable`` command.
+
+Each subcommand lives next to the code it drives (``parsl_malleable/<part>/command.py``) and is
+imported only when it runs, so ``parsl-malleable --help`` stays fast and does not import torch or
+Parsl.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import click
+
+# name -> ("module:attribute", one-line help). Help is here so --help needs no imports.
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "sim": (
+        "parsl_malleable.sim.command:sim",
+        "Replay a job trace through FCFS/EASY/conservative backfill; report idle holes.",
+    ),
+    "trace": (
+        "parsl_malleable.traces.command:trace",
+        "Read a job trace (SWF, Cobalt, sacct, PBS) and summarise it in the common schema.",
+    ),
+    "windows": (
+        "parsl_malleable.windows.command:windows",
+        "Evaluate idle-window prediction on a trace: accuracy and harvestable node-hours.",
+    ),
+    "allocate": (
+        "parsl_malleable.allocate.command:allocate",
+        "Solve one allocation of idle nodes to training jobs (MILP or greedy).",
+    ),
+}
+
+
+class LazyGroup(click.Group):
+    """A click group whose subcommands are imported on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(SUBCOMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        entry = SUBCOMMANDS.get(cmd_name)
+        if entry is None:
+            return None
+        module_name, attr = entry[0].split(":")
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name == module_name:  # that part is not built yet; anything else is a bug
+                return _unavailable(cmd_name, entry[1])
+            raise
+        return getattr(module, attr)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, SUBCOMMANDS[name][1]) for name in self.list_commands(ctx)]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+def _unavailable(name: str, summary: str) -> click.Command:
+    @click.command(name=name, help=summary)
+    def stub() -> None:
+        raise click.ClickException(f"'{name}' is not available in this build")
+
+    return stub
+
+
+@click.group(cls=LazyGroup)
+@click.version_option(package_name="parsl-malleable")
+def main() -> None:
+    """Harvest idle supercomputer nodes for malleable DNN training with Parsl."""
+
+
+if __name__ == "__main__":
+    main()

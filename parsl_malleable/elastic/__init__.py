@@ -1,0 +1,1 @@
+"""Elastic rank runtime: rendezvous, state, checkpoints; torch.distributed and Horovod backends."""

@@ -1,0 +1,1 @@
+"""Online scalability profiling of running training jobs."""

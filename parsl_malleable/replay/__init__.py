@@ -1,0 +1,1 @@
+"""Trace-driven evaluation of harvesting and allocation policies."""

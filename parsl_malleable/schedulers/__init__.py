@@ -1,0 +1,1 @@
+"""Scheduler adapters (Slurm, PBS Pro, emulated): commands, parsers, snapshots."""

@@ -1,0 +1,86 @@
+"""A scheduler snapshot, independent of the scheduler that produced it.
+
+The Slurm and PBS adapters (:mod:`parsl_malleable.schedulers`) and the simulator fill it; the
+window planner reads it. All times are float seconds on one clock (Unix seconds for live
+schedulers, trace seconds for the simulator); ``Snapshot.now`` is the moment it was taken.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+
+class NodeState(str, Enum):
+    """What the scheduler says a node is doing."""
+
+    IDLE = "idle"
+    ALLOCATED = "allocated"
+    DOWN = "down"
+    DRAINED = "drained"
+    RESERVED = "reserved"
+
+
+@dataclass(frozen=True)
+class Node:
+    """One compute node."""
+
+    name: str
+    state: NodeState
+    partitions: tuple[str, ...] = ()
+    features: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class RunningJob:
+    """A job holding nodes now. ``time_limit`` is seconds of walltime; None when unlimited."""
+
+    job_id: str
+    nodes: tuple[str, ...]
+    start: float
+    time_limit: float | None
+    partition: str = ""
+    user: str = ""
+    ours: bool = False  # a block submitted by parsl-malleable
+
+
+@dataclass(frozen=True)
+class PendingJob:
+    """A queued job. The order of ``Snapshot.pending`` is the scheduler's priority order."""
+
+    job_id: str
+    num_nodes: int
+    time_limit: float | None
+    submit: float
+    partition: str = ""
+    user: str = ""
+    expected_start: float | None = None  # what the scheduler itself predicts, when it says
+    ours: bool = False
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """An advance reservation or maintenance window that takes ``nodes`` in [start, end)."""
+
+    name: str
+    nodes: tuple[str, ...]
+    start: float
+    end: float
+    maintenance: bool = False
+
+
+@dataclass
+class Snapshot:
+    """Everything the planner needs to know about a machine at one instant."""
+
+    now: float
+    nodes: list[Node]
+    running: list[RunningJob] = field(default_factory=list)
+    pending: list[PendingJob] = field(default_factory=list)
+    reservations: list[Reservation] = field(default_factory=list)
+    backfill: str = "easy"  # "easy" or "conservative": how the site's scheduler plans
+    default_time_limit: float | None = None  # the partition's limit for jobs that give none
+
+    def idle_nodes(self) -> list[str]:
+        """Names of nodes in state IDLE, in snapshot order."""
+        return [n.name for n in self.nodes if n.state is NodeState.IDLE]
