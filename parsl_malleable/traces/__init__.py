@@ -10,5 +10,6 @@ from parsl_malleable.traces.schema import (
     MachineInfo,
     ReadReport,
 )
+from parsl_malleable.traces.swf import read_swf
 
-__all__ = ["IDLE_COLUMNS", "JOB_COLUMNS", "JobTrace", "MachineInfo", "ReadReport"]
+__all__ = ["IDLE_COLUMNS", "JOB_COLUMNS", "JobTrace", "MachineInfo", "ReadReport", "read_swf"]
