@@ -1,0 +1,392 @@
+"""CheckpointStore: round trip, privacy, retention, corruption, wrong model, atomicity, safety."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from parsl_malleable.elastic.checkpoint import (
+    CheckpointError,
+    CheckpointStore,
+    _manifest_digest,
+    model_fingerprint,
+)
+
+LOGGER = "parsl_malleable.elastic.checkpoint"
+
+
+class SmallCNN(torch.nn.Module):
+    """A digits-sized CNN with a BatchNorm, so buffers are part of the state too."""
+
+    def __init__(self, channels: int = 4) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(1, channels, 3, padding=1)
+        self.norm = torch.nn.BatchNorm2d(channels)
+        self.head = torch.nn.Linear(channels * 8 * 8, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = torch.relu(self.norm(self.conv(x)))
+        return self.head(x.flatten(1))
+
+
+def _trained(
+    seed: int = 0, steps: int = 3
+) -> tuple[SmallCNN, torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler]:
+    torch.manual_seed(seed)
+    model = SmallCNN()
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=2, gamma=0.5)
+    for _ in range(steps):
+        _train_step(model, optimizer)
+        scheduler.step()
+    return model, optimizer, scheduler
+
+
+def _train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> float:
+    x = torch.randn(16, 1, 8, 8)
+    y = torch.randint(0, 10, (16,))
+    optimizer.zero_grad()
+    loss = torch.nn.functional.cross_entropy(model(x), y)
+    loss.backward()
+    optimizer.step()
+    return loss.item()
+
+
+def _payload(model, optimizer, scheduler, **user) -> dict:
+    return {
+        "model": model.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "scheduler": scheduler.state_dict(),
+        "rng": torch.get_rng_state(),
+        "user": user,
+    }
+
+
+def _store_with_steps(
+    tmp_path: Path, steps: list[int], keep: int = 5
+) -> tuple[CheckpointStore, str]:
+    store = CheckpointStore(tmp_path / "ckpt", keep=keep)
+    model = SmallCNN()
+    fingerprint = model_fingerprint(model)
+    for step in steps:
+        store.save({"marker": torch.tensor(step), "step": step}, step=step, fingerprint=fingerprint)
+    return store, fingerprint
+
+
+def test_round_trip_restores_model_optimizer_scheduler_and_user_fields(tmp_path: Path) -> None:
+    model, optimizer, scheduler = _trained(seed=1)
+    store = CheckpointStore(tmp_path / "ckpt")
+    fingerprint = model_fingerprint(model)
+    payload = _payload(
+        model, optimizer, scheduler, epoch=2, seen=[1, 5, 9], name="digits", lr=0.01, done=False
+    )
+    path = store.save(payload, step=42, fingerprint=fingerprint)
+    assert path.exists() and path.suffix == ".pt"
+
+    loaded, step = store.load_latest(fingerprint)
+    assert step == 42
+    assert loaded["user"] == {
+        "epoch": 2,
+        "seen": [1, 5, 9],
+        "name": "digits",
+        "lr": 0.01,
+        "done": False,
+    }
+
+    torch.manual_seed(99)  # the fresh copy starts from different weights
+    model2 = SmallCNN()
+    optimizer2 = torch.optim.Adam(model2.parameters(), lr=0.01)
+    scheduler2 = torch.optim.lr_scheduler.StepLR(optimizer2, step_size=2, gamma=0.5)
+    model2.load_state_dict(loaded["model"])
+    optimizer2.load_state_dict(loaded["optimizer"])
+    scheduler2.load_state_dict(loaded["scheduler"])
+    for key, value in model.state_dict().items():
+        assert torch.equal(value, model2.state_dict()[key]), key
+    assert scheduler2.get_last_lr() == scheduler.get_last_lr()
+
+    # Training on from the restored state is bit-identical to training on from the original.
+    torch.set_rng_state(loaded["rng"])
+    loss_restored = _train_step(model2, optimizer2)
+    torch.set_rng_state(payload["rng"])
+    loss_original = _train_step(model, optimizer)
+    assert loss_restored == loss_original
+    for key, value in model.state_dict().items():
+        assert torch.equal(value, model2.state_dict()[key]), key
+
+
+def test_files_are_private_and_existing_directory_is_narrowed(tmp_path: Path) -> None:
+    directory = tmp_path / "ckpt"
+    directory.mkdir(mode=0o755)
+    os.chmod(directory, 0o755)
+    store, _ = _store_with_steps(tmp_path, [1, 2])
+    assert store.directory == directory.resolve()
+    assert stat.S_IMODE(directory.stat().st_mode) == 0o700
+    files = list(directory.iterdir())
+    assert len(files) == 4  # two payloads, two manifests, no temporaries
+    for file in files:
+        assert stat.S_IMODE(file.stat().st_mode) == 0o600, file
+
+
+def test_new_directory_is_created_private(tmp_path: Path) -> None:
+    store = CheckpointStore(tmp_path / "a" / "b")
+    assert stat.S_IMODE(store.directory.stat().st_mode) == 0o700
+
+
+def test_retention_keeps_newest(tmp_path: Path) -> None:
+    store, fingerprint = _store_with_steps(tmp_path, [5, 1, 7, 3, 9], keep=2)
+    assert [info.step for info in store.list()] == [7, 9]
+    assert sorted(p.name for p in store.directory.iterdir()) == [
+        "ckpt-000000000007.json",
+        "ckpt-000000000007.pt",
+        "ckpt-000000000009.json",
+        "ckpt-000000000009.pt",
+    ]
+    payload, step = store.load_latest(fingerprint)
+    assert step == 9 and payload["marker"].item() == 9
+
+
+def test_saving_same_step_replaces_it(tmp_path: Path) -> None:
+    store, fingerprint = _store_with_steps(tmp_path, [4])
+    store.save({"marker": torch.tensor(-4)}, step=4, fingerprint=fingerprint)
+    payload, step = store.load_latest(fingerprint)
+    assert (step, payload["marker"].item()) == (4, -4)
+    assert len(store.list()) == 1
+
+
+def test_empty_directory_loads_nothing(tmp_path: Path) -> None:
+    store = CheckpointStore(tmp_path / "ckpt")
+    assert store.load_latest("0123456789abcdef") is None
+    assert store.list() == []
+
+
+def test_truncated_checkpoint_is_skipped_for_previous(tmp_path: Path, caplog) -> None:
+    store, fingerprint = _store_with_steps(tmp_path, [1, 2, 3])
+    newest = store.list()[-1].path
+    size = newest.stat().st_size
+    with open(newest, "r+b") as file:
+        file.truncate(size // 2)
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        payload, step = store.load_latest(fingerprint)
+    assert (step, payload["marker"].item()) == (2, 2)
+    assert str(newest) in caplog.text and "truncated" in caplog.text
+
+
+def test_flipped_byte_is_detected_by_checksum(tmp_path: Path, caplog) -> None:
+    store, fingerprint = _store_with_steps(tmp_path, [1, 2, 3])
+    newest = store.list()[-1].path
+    data = bytearray(newest.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    newest.write_bytes(bytes(data))
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        payload, step = store.load_latest(fingerprint)
+    assert (step, payload["marker"].item()) == (2, 2)
+    assert str(newest) in caplog.text and "sha256" in caplog.text
+
+
+def test_missing_checksum_is_detected(tmp_path: Path, caplog) -> None:
+    store, fingerprint = _store_with_steps(tmp_path, [1, 2, 3])
+    newest = store.list()[-1]
+    newest.path.with_suffix(".json").unlink()
+    assert not next(info for info in store.list() if info.step == 3).committed
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        payload, step = store.load_latest(fingerprint)
+    assert (step, payload["marker"].item()) == (2, 2)
+    assert str(newest.path) in caplog.text and "checksum" in caplog.text
+
+
+def test_damaged_manifest_is_skipped_not_taken_for_another_model(tmp_path: Path, caplog) -> None:
+    store, fingerprint = _store_with_steps(tmp_path, [1, 2])
+    manifest_path = store.list()[-1].path.with_suffix(".json")
+    manifest = json.loads(manifest_path.read_text())
+    manifest["fingerprint"] = "f" * 16  # as if a byte flipped inside the manifest
+    manifest_path.write_text(json.dumps(manifest))
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        _, step = store.load_latest(fingerprint)
+    assert step == 1
+    assert str(manifest_path) in caplog.text
+
+
+def test_all_checkpoints_corrupt_loads_nothing(tmp_path: Path) -> None:
+    store, fingerprint = _store_with_steps(tmp_path, [1, 2])
+    for info in store.list():
+        info.path.write_bytes(b"garbage")
+    assert store.load_latest(fingerprint) is None
+
+
+def test_checkpoint_of_another_model_is_refused(tmp_path: Path) -> None:
+    store = CheckpointStore(tmp_path / "ckpt")
+    model, optimizer, scheduler = _trained()
+    theirs = model_fingerprint(model)
+    store.save(_payload(model, optimizer, scheduler), step=10, fingerprint=theirs)
+    ours = model_fingerprint(SmallCNN(channels=6))
+    assert ours != theirs
+    with pytest.raises(CheckpointError) as error:
+        store.load_latest(ours)
+    message = str(error.value)
+    assert theirs in message and ours in message and "different model" in message
+
+
+def test_fingerprint_depends_on_architecture_not_values() -> None:
+    torch.manual_seed(0)
+    a = SmallCNN()
+    torch.manual_seed(1)
+    b = SmallCNN()
+    assert model_fingerprint(a) == model_fingerprint(b)
+    model, _, _ = _trained()
+    assert model_fingerprint(model) == model_fingerprint(a)  # training does not change it
+    assert model_fingerprint(SmallCNN(channels=5)) != model_fingerprint(a)
+    assert model_fingerprint(SmallCNN().double()) != model_fingerprint(a)
+
+
+def test_leftover_temp_file_and_uncommitted_payload_leave_previous_loadable(
+    tmp_path: Path,
+) -> None:
+    store, fingerprint = _store_with_steps(tmp_path, [1, 2])
+    good = store.list()[-1].path.read_bytes()
+    # A writer that died mid-write leaves a partial temporary file (here from a pid that cannot
+    # be alive); one that died between the two renames leaves a payload without a manifest.
+    dead_pid = 2**22 + 12345
+    stale = store.directory / f".tmp-{socket.gethostname()}-{dead_pid}-abc"
+    stale.write_bytes(good[: len(good) // 3])
+    (store.directory / "ckpt-000000000003.pt").write_bytes(good)
+    payload, step = store.load_latest(fingerprint)
+    assert (step, payload["marker"].item()) == (2, 2)
+    # The next save removes the dead writer's leftover and commits normally.
+    store.save({"marker": torch.tensor(4)}, step=4, fingerprint=fingerprint)
+    assert not stale.exists()
+    payload, step = store.load_latest(fingerprint)
+    assert (step, payload["marker"].item()) == (4, 4)
+
+
+# Saves steps 1, 2, 3; during step 3 it stops at the named phase, says so, and waits to be killed.
+_WRITER = textwrap.dedent(
+    """
+    import json, sys, time, torch
+    from parsl_malleable.elastic import checkpoint
+    directory, phase = sys.argv[1], sys.argv[2]
+    step_now = 0
+
+    def pause(where):
+        if step_now == 3 and where == phase:
+            print("paused", flush=True)
+            time.sleep(60)
+
+    write = checkpoint._HashingWriter.write
+    def write_then_pause(self, data):
+        written = write(self, data)
+        if self.size > 1_000_000:
+            pause("payload")
+        return written
+    checkpoint._HashingWriter.write = write_then_pause
+    dumps = json.dumps
+    def dumps_after_pause(*args, **kwargs):
+        pause("manifest")
+        return dumps(*args, **kwargs)
+    checkpoint.json.dumps = dumps_after_pause
+
+    store = checkpoint.CheckpointStore(directory, keep=5)
+    for step_now in (1, 2, 3):
+        payload = {"data": torch.full((500_000,), float(step_now)), "step": step_now}
+        store.save(payload, step=step_now, fingerprint="f00d")
+    print("finished", flush=True)
+    """
+)
+
+
+@pytest.mark.parametrize("phase", ["payload", "manifest"])
+def test_writer_killed_during_save_leaves_previous_checkpoint(tmp_path: Path, phase: str) -> None:
+    """SIGKILL while the payload is half written, or after it is renamed but before its manifest."""
+    directory = tmp_path / "ckpt"
+    writer = subprocess.Popen(
+        [sys.executable, "-c", _WRITER, str(directory), phase], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert writer.stdout.readline().strip() == "paused"
+        writer.send_signal(signal.SIGKILL)
+    finally:
+        writer.kill()
+        writer.wait()
+    names = sorted(p.name for p in directory.iterdir())
+    if phase == "payload":  # a torn temporary file, never a torn final file
+        assert any(name.startswith(".tmp-") for name in names), names
+        assert "ckpt-000000000003.pt" not in names
+    else:
+        assert "ckpt-000000000003.pt" in names and "ckpt-000000000003.json" not in names
+    store = CheckpointStore(directory, keep=5)
+    payload, step = store.load_latest("f00d")
+    assert (step, payload["step"]) == (2, 2)
+    assert bool((payload["data"] == 2.0).all())
+
+
+def test_save_refuses_objects_weights_only_cannot_load(tmp_path: Path) -> None:
+    store = CheckpointStore(tmp_path / "ckpt")
+
+    class Opaque:
+        pass
+
+    with pytest.raises(CheckpointError, match=r"payload\['user'\]\['thing'\] is a .*Opaque"):
+        store.save({"user": {"thing": Opaque()}}, step=1, fingerprint="f00d")
+    with pytest.raises(CheckpointError, match="numpy"):
+        store.save({"arr": np.zeros(3)}, step=1, fingerprint="f00d")
+    assert store.list() == []
+
+
+def _touch(path: str) -> None:
+    Path(path).touch()
+
+
+class _Trojan:
+    """Unpickling this with full pickle would call ``_touch`` (code execution)."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (_touch, (self.marker,))
+
+
+def test_load_refuses_pickled_arbitrary_object_even_with_valid_checksum(tmp_path: Path) -> None:
+    store, fingerprint = _store_with_steps(tmp_path, [1])
+    marker = tmp_path / "code-ran"
+    # Forge a checkpoint: a valid envelope and manifest, but a payload holding a pickled object.
+    forged = store.save({"marker": torch.tensor(2)}, step=2, fingerprint=fingerprint)
+    envelope = torch.load(forged, weights_only=True)
+    envelope["payload"]["evil"] = _Trojan(marker)
+    torch.save(envelope, forged)
+    manifest_path = forged.with_suffix(".json")
+    manifest = json.loads(manifest_path.read_text())
+    data = forged.read_bytes()
+    manifest.update(size=len(data), sha256=hashlib.sha256(data).hexdigest())
+    manifest["manifest_sha256"] = _manifest_digest(manifest)
+    manifest_path.write_text(json.dumps(manifest))
+
+    with pytest.raises(CheckpointError, match="weights_only"):
+        store.load_latest(fingerprint)
+    assert not marker.exists()
+
+
+def test_bad_arguments_are_named(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="keep"):
+        CheckpointStore(tmp_path / "x", keep=0)
+    store = CheckpointStore(tmp_path / "x")
+    with pytest.raises(CheckpointError, match="step"):
+        store.save({}, step=-1, fingerprint="f00d")
+    with pytest.raises(CheckpointError, match="dict"):
+        store.save([1, 2], step=1, fingerprint="f00d")  # type: ignore[arg-type]
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(CheckpointError, match=str(blocker)):
+        CheckpointStore(blocker / "sub")
