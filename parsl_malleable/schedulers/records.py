@@ -1,0 +1,76 @@
+"""What the adapters report about one job, shared by the Slurm and PBS adapters."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from parsl_malleable.errors import SnapshotError
+
+
+class JobState(StrEnum):
+    """A job's state in one vocabulary for every scheduler (Slurm names, PBS mapped onto them).
+
+    ``UNKNOWN`` means the scheduler no longer knows the job (its record was purged), which is
+    not the same as COMPLETED: callers decide what a vanished job means.
+    """
+
+    PENDING = "PENDING"
+    HELD = "HELD"
+    RUNNING = "RUNNING"
+    SUSPENDED = "SUSPENDED"
+    COMPLETING = "COMPLETING"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+    TIMEOUT = "TIMEOUT"
+    NODE_FAIL = "NODE_FAIL"
+    PREEMPTED = "PREEMPTED"
+    OUT_OF_MEMORY = "OUT_OF_MEMORY"
+    UNKNOWN = "UNKNOWN"
+
+    @property
+    def finished(self) -> bool:
+        """True for states a job never leaves."""
+        return self in _FINISHED
+
+
+_FINISHED = frozenset(
+    {
+        JobState.COMPLETED,
+        JobState.FAILED,
+        JobState.CANCELLED,
+        JobState.TIMEOUT,
+        JobState.NODE_FAIL,
+        JobState.PREEMPTED,
+        JobState.OUT_OF_MEMORY,
+    }
+)
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    """One job as the scheduler sees it now.
+
+    ``start`` is the actual start (running or finished) or the scheduler's expected start
+    (pending), None when it has none. ``end_limit`` is the end the time limit allows while the
+    job is pending or running (None when unlimited or unknown) and the actual end once it
+    finished. ``raw_state`` is the scheduler's own word for the state.
+    """
+
+    job_id: str
+    state: JobState
+    raw_state: str = ""
+    reason: str = ""
+    nodes: tuple[str, ...] = ()
+    start: float | None = None
+    end_limit: float | None = None
+
+
+class OutputParseError(SnapshotError):
+    """A scheduler command printed something the parser cannot read; ``field`` names what."""
+
+    def __init__(self, field: str, message: str) -> None:
+        self.field = field
+        self.reason = message
+        super().__init__(f"{field}: {message}")
