@@ -1,0 +1,104 @@
+"""The ``parsl-malleable trace`` command: read a job trace, print a summary, export the jobs."""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from parsl_malleable.errors import TraceFormatError
+from parsl_malleable.traces.read import READERS, read_trace
+from parsl_malleable.traces.schema import JobTrace
+from parsl_malleable.traces.summary import summarize
+
+
+@click.command(name="trace")
+@click.argument("path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(sorted(READERS)),
+    help="Trace format; guessed from the name and first lines when omitted.",
+)
+@click.option("--cores-per-node", type=click.IntRange(min=1), help="SWF: cores per node.")
+@click.option("--nodes", type=click.IntRange(min=1), help="Machine size (needed for Cobalt).")
+@click.option("--skip-bad", is_flag=True, help="Skip malformed lines (counted) instead of failing.")
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write the jobs table to this .csv or .parquet file.",
+)
+def trace(
+    path: Path,
+    fmt: str | None,
+    cores_per_node: int | None,
+    nodes: int | None,
+    skip_bad: bool,
+    out: Path | None,
+) -> None:
+    """Read the job trace PATH and summarise it in the common schema."""
+    if out is not None and out.suffix.lower() not in {".csv", ".parquet"}:
+        raise click.BadParameter("must end in .csv or .parquet", param_hint="--out")
+    options: dict[str, object] = {"skip_bad": skip_bad}
+    if cores_per_node is not None:
+        options["cores_per_node"] = cores_per_node
+    if nodes is not None:
+        options["nodes"] = nodes
+    try:
+        result = read_trace(path, fmt, **options)
+    except TraceFormatError as exc:
+        raise click.ClickException(str(exc)) from None
+    except (ValueError, TypeError) as exc:
+        raise click.ClickException(f"{path}: {exc}") from None
+    Console(width=100).print(summary_table(result), report_table(result))
+    if out is not None:
+        if out.suffix.lower() == ".csv":
+            result.jobs.to_csv(out, index=False)
+        else:
+            result.jobs.to_parquet(out, index=False)
+        click.echo(f"wrote {len(result.jobs)} jobs to {out}")
+
+
+def summary_table(result: JobTrace) -> Table:
+    """Jobs, machine, time span and offered utilisation."""
+    figures = summarize(result)
+    machine = result.machine
+    table = Table(title="Trace", show_header=False)
+    table.add_row("jobs", f"{figures.jobs:,}")
+    table.add_row(
+        "machine", f"{machine.name}: {machine.nodes:,} nodes x {machine.cores_per_node} cores"
+    )
+    table.add_row(
+        "submits",
+        f"{_when(machine.start_epoch, figures.first_submit)} .. "
+        f"{_when(machine.start_epoch, figures.last_submit)}",
+    )
+    days = (figures.last_submit - figures.first_submit) / 86400 if figures.jobs else 0.0
+    table.add_row("span", f"{days:.1f} days")
+    table.add_row("node-hours", f"{figures.node_hours:,.0f} ({figures.jobs_with_runtime:,} jobs)")
+    load = figures.offered_load
+    table.add_row("offered utilisation", "n/a" if math.isnan(load) else f"{load:.1%}")
+    return table
+
+
+def report_table(result: JobTrace) -> Table:
+    """What the reader repaired or skipped."""
+    report = result.report
+    table = Table(title="Read report", show_header=False)
+    table.add_row("records read", f"{report.lines_read:,}")
+    table.add_row("skipped", f"{report.skipped:,}")
+    for kind, count in sorted(report.repairs.items()):
+        table.add_row(kind, f"{count:,}")
+    for text in report.skipped_examples:
+        table.add_row("example", text)
+    return table
+
+
+def _when(epoch: float, seconds: float) -> str:
+    if math.isnan(seconds):
+        return "?"
+    return datetime.fromtimestamp(epoch + seconds, tz=UTC).strftime("%Y-%m-%d %H:%M")

@@ -1,0 +1,74 @@
+"""Reader for per-node idle-interval files (``node,idle_start,idle_end`` CSV, optionally gzipped),
+such as the Summit trace of the FreeTrain/BFTrainer evaluation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from parsl_malleable.errors import TraceFormatError
+from parsl_malleable.traces.schema import IDLE_COLUMNS
+
+
+def read_idle_intervals(path: str | Path) -> pd.DataFrame:
+    """Read idle intervals into a DataFrame with :data:`IDLE_COLUMNS`, sorted by start then node.
+
+    The header must name ``node``, ``idle_start`` and ``idle_end`` (other columns are dropped).
+    Times stay as in the file (Unix seconds for stand-alone files). A non-numeric time, a missing
+    value, or an interval that ends before it starts raises :class:`TraceFormatError` with the
+    file line.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise TraceFormatError(path, None, "no such file")
+    try:
+        frame = _read(path, {"node": "string", "idle_start": "float64", "idle_end": "float64"})
+    except ValueError:  # a bad number somewhere: read as text to name its line
+        frame = _read(path, {c: "string" for c in IDLE_COLUMNS})
+    missing = [c for c in IDLE_COLUMNS if c not in frame.columns]
+    if missing:
+        raise TraceFormatError(path, 1, f"header lacks columns {missing}")
+    for col in ("idle_start", "idle_end"):
+        if frame[col].dtype == "float64" and not frame[col].isna().any():
+            continue
+        text = frame[col]
+        numbers = pd.to_numeric(text, errors="coerce")
+        wrong = numbers.isna().to_numpy()
+        if wrong.any():
+            row = int(np.flatnonzero(wrong)[0])
+            raise TraceFormatError(path, row + 2, f"{col} {text.iloc[row]!r} is not a number")
+        frame[col] = numbers.astype("float64")
+    no_node = frame["node"].isna()
+    if no_node.any():
+        raise TraceFormatError(path, int(np.flatnonzero(no_node.to_numpy())[0]) + 2, "no node")
+    backwards = (frame["idle_end"] < frame["idle_start"]).to_numpy()
+    if backwards.any():
+        row = int(np.flatnonzero(backwards)[0])
+        raise TraceFormatError(path, row + 2, "idle_end is before idle_start")
+
+    frame = frame[list(IDLE_COLUMNS)]
+    starts = frame["idle_start"].to_numpy()
+    if (len(frame) and np.any(np.diff(starts) < 0)) or _ties_unsorted(frame):
+        frame = frame.sort_values(["idle_start", "node"], kind="stable")
+    return frame.reset_index(drop=True)
+
+
+def _read(path: Path, dtypes: dict[str, str]) -> pd.DataFrame:
+    try:
+        return pd.read_csv(path, usecols=lambda c: c in IDLE_COLUMNS, dtype=dtypes, engine="c")
+    except pd.errors.ParserError as exc:
+        raise TraceFormatError(path, None, f"not an idle-interval CSV: {exc}") from None
+    except (UnicodeDecodeError, EOFError, OSError) as exc:
+        raise TraceFormatError(path, None, f"cannot read: {exc}") from None
+
+
+def _ties_unsorted(frame: pd.DataFrame) -> bool:
+    """Whether rows with equal start times are out of node order."""
+    starts = frame["idle_start"].to_numpy()
+    same = np.flatnonzero(np.diff(starts) == 0)
+    if not len(same):
+        return False
+    nodes = frame["node"].to_numpy(dtype=object)
+    return bool(np.any(nodes[same] > nodes[same + 1]))
