@@ -38,7 +38,9 @@ def read_idle_intervals(path: str | Path) -> pd.DataFrame:
         wrong = numbers.isna().to_numpy()
         if wrong.any():
             row = int(np.flatnonzero(wrong)[0])
-            raise TraceFormatError(path, row + 2, f"{col} {text.iloc[row]!r} is not a number")
+            value = text.iloc[row]
+            why = f"{col} is missing" if pd.isna(value) else f"{col} {value!r} is not a number"
+            raise TraceFormatError(path, row + 2, why)
         frame[col] = numbers.astype("float64")
     no_node = frame["node"].isna()
     if no_node.any():
