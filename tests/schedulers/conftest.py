@@ -36,9 +36,14 @@ def _cluster_env() -> dict[str, str]:
 
 @pytest.fixture(scope="session")
 def slurm_cluster() -> Iterator[SlurmCluster]:
-    """Start the cluster unless it runs already; FAIL (never skip) when it cannot start."""
+    """Start the cluster unless it runs already; FAIL (never skip) when it cannot start.
+
+    A cluster this fixture started is stopped at the end of the session (set
+    PM_SLURM_KEEP=1 to keep it for the next run); one that was already running is left alone.
+    """
     status = subprocess.run([str(CLUSTER_SCRIPT), "status"], capture_output=True, text=True)
-    if status.returncode != 0:
+    started_here = status.returncode != 0
+    if started_here:
         start = subprocess.run(
             [str(CLUSTER_SCRIPT), "start"], capture_output=True, text=True, timeout=180
         )
