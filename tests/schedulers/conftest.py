@@ -55,6 +55,8 @@ def slurm_cluster() -> Iterator[SlurmCluster]:
     env = _cluster_env()
     nodes_n = int(os.environ.get("PM_SLURM_NODES", "6"))
     yield SlurmCluster(Path(env["SLURM_CONF"]), tuple(f"n{i}" for i in range(1, nodes_n + 1)), env)
+    if started_here and os.environ.get("PM_SLURM_KEEP") != "1":
+        subprocess.run([str(CLUSTER_SCRIPT), "stop"], capture_output=True, timeout=60)
 
 
 @pytest.fixture
