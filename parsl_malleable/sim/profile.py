@@ -229,7 +229,10 @@ class AvailabilityProfile:
 
     def steps(self) -> list[tuple[float, int]]:
         """The step function as ``(time, free nodes from that time on)`` pairs."""
-        return [(float(t), int(f)) for t, f in zip(self._pt[: self._m], self._pf[: self._m])]
+        return [
+            (float(t), int(f))
+            for t, f in zip(self._pt[: self._m], self._pf[: self._m], strict=True)
+        ]
 
     def free_at(self, t: float) -> int:
         """Free nodes at time ``t`` (``t >= now``)."""

@@ -60,7 +60,7 @@ def _fcfs_easy(n_nodes, backfill, submit, run, est, k) -> ReferenceResult:
             queue.append(nxt)
             nxt += 1
 
-        def begin(j: int) -> None:
+        def begin(j: int, now: float = now) -> None:
             nonlocal free
             start[j] = now
             end[j] = now + min(run[j], est[j])
@@ -109,7 +109,7 @@ class _Profile:
         self.steps[0][0] = now
 
     def _split(self, t: float) -> int:
-        for i, (ti, fi) in enumerate(self.steps):
+        for i, (ti, _) in enumerate(self.steps):
             if ti == t:
                 return i
             if ti > t:
@@ -166,7 +166,7 @@ def _conservative(n_nodes, submit, run, est, k) -> ReferenceResult:
                 prof.add(new, new + est[j], -int(k[j]))
                 res[j] = new
 
-        def begin(j: int) -> None:
+        def begin(j: int, now: float = now) -> None:
             start[j] = now
             end[j] = now + min(run[j], est[j])
             heapq.heappush(ends, (end[j], j))

@@ -63,10 +63,7 @@ def clip_intervals(
 
 def hole_summary(lengths: np.ndarray) -> tuple[dict[str, float], dict[str, float]]:
     """Percentiles (p25/p50/p75/p90, seconds; NaN when no hole) and node-hours per bucket."""
-    if len(lengths):
-        q = np.percentile(lengths, [25, 50, 75, 90])
-    else:
-        q = np.full(4, np.nan)
+    q = np.percentile(lengths, [25, 50, 75, 90]) if len(lengths) else np.full(4, np.nan)
     pct = {"p25": float(q[0]), "p50": float(q[1]), "p75": float(q[2]), "p90": float(q[3])}
     hours = {
         label: float(lengths[(lengths >= a) & (lengths < b)].sum() / 3600.0)
