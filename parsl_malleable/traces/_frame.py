@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from parsl_malleable.traces.schema import JOB_COLUMNS, MachineInfo, ReadReport
+from parsl_malleable.traces.schema import JOB_COLUMNS, ReadReport
 
 
 def clamp_to_machine(values: np.ndarray, limit: int, report: ReadReport, kind: str) -> np.ndarray:
@@ -28,10 +28,3 @@ def jobs_frame(columns: dict[str, np.ndarray | pd.Series], report: ReadReport) -
         order = np.argsort(submit, kind="stable")
         frame = frame.iloc[order].reset_index(drop=True)
     return frame
-
-
-def machine_from_jobs(name: str, nodes_used: np.ndarray, report: ReadReport, **kw) -> MachineInfo:
-    """A machine as large as the largest job, for logs that do not state their size."""
-    largest = int(nodes_used.max()) if len(nodes_used) else 1
-    report.note("machine_size_inferred")
-    return MachineInfo(name=name, nodes=max(largest, 1), **kw)

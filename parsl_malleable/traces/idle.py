@@ -72,5 +72,7 @@ def _ties_unsorted(frame: pd.DataFrame) -> bool:
     same = np.flatnonzero(np.diff(starts) == 0)
     if not len(same):
         return False
-    nodes = frame["node"].to_numpy(dtype=object)
-    return bool(np.any(nodes[same] > nodes[same + 1]))
+    nodes = frame["node"]
+    left = nodes.iloc[same].reset_index(drop=True)
+    right = nodes.iloc[same + 1].reset_index(drop=True)
+    return bool((left > right).any())

@@ -57,3 +57,9 @@ def test_bad_input_names_line(tmp_path, body, line, message):
 def test_missing_file(tmp_path):
     with pytest.raises(TraceFormatError, match="no such file"):
         read_idle_intervals(tmp_path / "none.csv")
+
+
+def test_equal_starts_ordered_by_node(tmp_path):
+    path = tmp_path / "idle.csv"
+    path.write_text("node,idle_start,idle_end\na,5,6\nc,10,11\nb,10,12\n")
+    assert read_idle_intervals(path)["node"].tolist() == ["a", "b", "c"]
