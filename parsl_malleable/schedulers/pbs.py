@@ -12,6 +12,7 @@ import math
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TypeVar
 
 from parsl_malleable.errors import SchedulerCommandError
 from parsl_malleable.schedulers.commands import CommandResult, describe_failure, run_command
@@ -24,6 +25,8 @@ from parsl_malleable.schedulers.pbs_parse import (
 )
 from parsl_malleable.schedulers.records import JobState, JobStatus, OutputParseError
 from parsl_malleable.windows.snapshot import Node, PendingJob, Reservation, RunningJob, Snapshot
+
+T = TypeVar("T")
 
 
 def build_pbs_snapshot(
@@ -143,7 +146,7 @@ class PBSScheduler:
         )
 
     @staticmethod
-    def _parse(argv: list[str], parser: Callable[[str], object], text: str) -> object:
+    def _parse(argv: list[str], parser: Callable[[str], T], text: str) -> T:
         try:
             return parser(text)
         except OutputParseError as exc:
@@ -159,11 +162,11 @@ class PBSScheduler:
         reservations: list[Reservation] = []
         if self.reservations:
             argv = ["pbs_rstat", "-f"]
-            reservations = self._parse(argv, parse_pbs_rstat, self._run(argv).stdout)  # type: ignore[assignment]
+            reservations = self._parse(argv, parse_pbs_rstat, self._run(argv).stdout)
         return build_pbs_snapshot(
             now,
-            nodes,  # type: ignore[arg-type]
-            jobs,  # type: ignore[arg-type]
+            nodes,
+            jobs,
             reservations,
             ours_prefix=self.ours_prefix,
             backfill=self.backfill,
@@ -235,7 +238,7 @@ class PBSScheduler:
             output=output,
             extra_args=extra_args,
         )
-        return self._parse(argv, parse_qsub, self._run(argv).stdout)  # type: ignore[return-value]
+        return self._parse(argv, parse_qsub, self._run(argv).stdout)
 
     def status(self, job_ids: Sequence[str]) -> dict[str, JobStatus]:
         """State of each job (finished ones too, ``qstat -x``); unknown ids are UNKNOWN."""
@@ -249,7 +252,7 @@ class PBSScheduler:
             raise SchedulerCommandError(argv, describe_failure(result.returncode, result.stderr))
         jobs: list[PBSJob] = []
         if result.stdout.strip():
-            jobs = self._parse(argv, parse_qstat, result.stdout)  # type: ignore[assignment]
+            jobs = self._parse(argv, parse_qstat, result.stdout)
         found = {}
         for job in jobs:
             found[job.job_id] = JobStatus(

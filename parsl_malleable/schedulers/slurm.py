@@ -12,6 +12,7 @@ import os
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TypeVar
 
 from parsl_malleable.errors import SchedulerCommandError
 from parsl_malleable.schedulers.commands import CommandResult, describe_failure, run_command
@@ -34,6 +35,8 @@ ACTIVE_STATES = "PENDING,RUNNING,CONFIGURING,COMPLETING,SUSPENDED"
 NEVER_STARTS = {"DependencyNeverSatisfied"}
 # Constant wrapper so an argument vector can be submitted without building a shell string.
 EXEC_WRAPPER = '#!/bin/sh\nexec "$@"\n'
+
+T = TypeVar("T")
 
 
 def build_snapshot(
@@ -166,7 +169,7 @@ class SlurmScheduler:
             check=check,
         )
 
-    def _parse(self, argv: list[str], parser: Callable[[str], object], text: str) -> object:
+    def _parse(self, argv: list[str], parser: Callable[[str], T], text: str) -> T:
         try:
             return parser(text)
         except OutputParseError as exc:
@@ -196,8 +199,8 @@ class SlurmScheduler:
         try:
             return build_snapshot(
                 now,
-                sinfo,  # type: ignore[arg-type]
-                jobs,  # type: ignore[arg-type]
+                sinfo,
+                jobs,
                 reservations,
                 partition=self.partition,
                 ours_prefix=self.ours_prefix,
@@ -294,7 +297,7 @@ class SlurmScheduler:
 
     def _submit(self, argv: list[str]) -> str:
         result = self._run(argv)
-        return self._parse(argv, parse_sbatch_parsable, result.stdout)  # type: ignore[return-value]
+        return self._parse(argv, parse_sbatch_parsable, result.stdout)
 
     def test_start(
         self, nodes: int, walltime_s: float, partition: str | None = None
@@ -305,7 +308,7 @@ class SlurmScheduler:
         argv[1:1] = ["--test-only"]
         argv += ["--wrap", "true"]
         result = self._run(argv)
-        start, hosts, _partition = self._parse(argv, parse_test_only, result.stderr)  # type: ignore[misc]
+        start, hosts, _partition = self._parse(argv, parse_test_only, result.stderr)
         return start, hosts
 
     def status(self, job_ids: Sequence[str]) -> dict[str, JobStatus]:
@@ -322,7 +325,7 @@ class SlurmScheduler:
                 raise SchedulerCommandError(argv, message)
             rows: list[SqueueRow] = []
         else:
-            rows = self._parse(argv, parse_squeue, result.stdout)  # type: ignore[assignment]
+            rows = self._parse(argv, parse_squeue, result.stdout)
         found = {
             row.job_id: JobStatus(
                 job_id=row.job_id,
