@@ -1,0 +1,157 @@
+"""``allocate``: decide how many (and which) idle nodes each training job gets."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable, Sequence
+
+from parsl_malleable.allocate.assign import assign_nodes
+from parsl_malleable.allocate.count_model import build_count_model
+from parsl_malleable.allocate.errors import AllocationInputError, AllocationSolverError
+from parsl_malleable.allocate.evaluate import objective_value
+from parsl_malleable.allocate.greedy import greedy_counts
+from parsl_malleable.allocate.horizon import HorizonClasses, classify
+from parsl_malleable.allocate.objectives import check_objective
+from parsl_malleable.allocate.result import Allocation
+from parsl_malleable.allocate.solve import SOLVERS, solve_problem
+from parsl_malleable.allocate.spec import NodeWindow, TrainingJob
+
+log = logging.getLogger(__name__)
+
+
+def check_counts(
+    jobs: Sequence[TrainingJob],
+    counts: dict[str, list[int]],
+    classes: HorizonClasses,
+    node_cap: int | None,
+) -> str:
+    """Why ``counts`` break a constraint, or ``""`` if they are feasible."""
+    for b in range(len(classes.ends)):
+        used = sum(counts[job.name][b] for job in jobs)
+        if used > classes.capacity(b):
+            return f"class {b}: {used} nodes used, {classes.capacity(b)} exist"
+    total = 0
+    for job in jobs:
+        row = counts[job.name]
+        held = [len(h) for h in classes.held[job.name]]
+        n = sum(row)
+        total += n
+        if any(v < 0 for v in row) or (n and not job.min_nodes <= n <= job.max_nodes):
+            return f"job {job.name}: {n} nodes outside {{0}} or [{job.min_nodes}, {job.max_nodes}]"
+        grows = all(x >= c for x, c in zip(row, held, strict=True))
+        shrinks = all(x <= c for x, c in zip(row, held, strict=True))
+        if not (grows or shrinks):
+            return f"job {job.name}: would migrate (drops some current nodes and adds others)"
+    if node_cap is not None and total > node_cap:
+        return f"{total} nodes used, above the node cap {node_cap}"
+    return ""
+
+
+def allocate(
+    jobs: Sequence[TrainingJob],
+    free_nodes: Sequence[str],
+    windows: Iterable[NodeWindow] = (),
+    *,
+    objective: str = "throughput",
+    solver: str = "highs",
+    time_limit: float = 10.0,
+    node_cap: int | None = None,
+    default_window_s: float = 3600.0,
+    max_horizon_s: float = 3600.0,
+    max_classes: int = 4,
+    gap_rel: float = 1e-4,
+    charge_start: bool = True,
+    shrink_pauses: bool = True,
+    fallback: bool = True,
+    threads: int | None = None,
+) -> Allocation:
+    """Nodes per training job for the next horizon.
+
+    ``free_nodes`` are idle nodes no job holds; jobs' ``current_nodes`` are also reallocatable
+    (each job keeps a subset of its nodes or keeps them all and adds). ``windows`` give each
+    node's predicted remaining idle time (nodes without one stay ``default_window_s``); the
+    plan covers up to ``max_horizon_s`` in at most ``max_classes`` horizon classes.
+    ``objective`` is ``throughput``, ``weighted``, ``speedup`` or ``maxmin``; ``node_cap`` caps
+    the nodes harvested. ``solver`` is ``cbc``, ``highs`` or ``greedy``. If the solver fails or
+    hits ``time_limit`` without an incumbent, the greedy rule is used and ``fallback`` is set
+    in the result (with ``fallback=False`` an ``AllocationSolverError`` is raised instead).
+    ``charge_start=False`` drops the start-up cost of jobs at 0 nodes (FreeTrain's model);
+    ``shrink_pauses=False`` drops the pause when a class of nodes ends (faster, see
+    docs/allocate.md).
+    """
+    check_objective(objective)
+    if solver not in SOLVERS:
+        raise AllocationInputError(f"solver {solver!r} is not one of {', '.join(SOLVERS)}")
+    if node_cap is not None and node_cap < 0:
+        raise AllocationInputError(f"node_cap must be >= 0, got {node_cap}")
+    names = [job.name for job in jobs]
+    if len(set(names)) != len(names):
+        raise AllocationInputError("two jobs have the same name")
+    windows = list(windows)
+    classes = classify(
+        jobs,
+        free_nodes,
+        windows,
+        default_window_s=default_window_s,
+        max_horizon_s=max_horizon_s,
+        max_classes=max_classes,
+    )
+    build_s = solve_s = 0.0
+    used_solver, status, message, fell_back = solver, "", "", False
+    counts: dict[str, list[int]] | None = None
+    value = 0.0
+    if solver != "greedy" and jobs and classes.ends:
+        start = time.perf_counter()
+        model = build_count_model(
+            jobs,
+            classes,
+            objective=objective,
+            node_cap=node_cap,
+            charge_start=charge_start,
+            shrink_pauses=shrink_pauses,
+        )
+        build_s = time.perf_counter() - start
+        outcome = solve_problem(
+            model.problem, solver, time_limit=time_limit, gap_rel=gap_rel, threads=threads
+        )
+        solve_s = outcome.seconds
+        status, message = outcome.status, outcome.message
+        if outcome.has_solution:
+            counts = model.counts()
+            problem = check_counts(jobs, counts, classes, node_cap)
+            if problem:
+                counts, status, message = None, "failed", f"solution rejected: {problem}"
+            else:
+                value = float(model.problem.objective.value() or 0.0)
+        if counts is None:
+            if not fallback:
+                raise AllocationSolverError(f"{solver}: {message or status}")
+            log.warning("allocator: %s %s (%s); using the greedy rule", solver, status, message)
+            fell_back = True
+        elif status == "feasible":
+            log.info("allocator: %s stopped early, keeping its best incumbent", solver)
+    if counts is None:
+        start = time.perf_counter()
+        options = {"charge_start": charge_start, "shrink_pauses": shrink_pauses}
+        counts = greedy_counts(jobs, classes, objective=objective, node_cap=node_cap, **options)
+        value = objective_value(jobs, counts, classes, objective, **options)
+        solve_s += time.perf_counter() - start
+        used_solver = "greedy"
+        status = status if fell_back else "heuristic"
+    node_ids, added, released = assign_nodes(jobs, counts, classes)
+    return Allocation(
+        nodes={name: len(ids) for name, ids in node_ids.items()},
+        node_ids=node_ids,
+        added=added,
+        released=released,
+        objective=value,
+        solver=used_solver,
+        status=status,
+        fallback=fell_back,
+        horizon_s=classes.horizon_s,
+        build_s=build_s,
+        solve_s=solve_s,
+        message=message,
+        node_window=dict(classes.remaining),
+    )

@@ -1,0 +1,59 @@
+"""Run a pulp model with CBC or HiGHS under a time limit and report what came back."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import pulp
+
+from parsl_malleable.allocate.errors import AllocationInputError
+
+SOLVERS = ("cbc", "highs", "greedy")
+
+
+@dataclass(frozen=True)
+class SolveOutcome:
+    """``status``: optimal, feasible (stopped early with an incumbent), or failed."""
+
+    status: str
+    has_solution: bool
+    seconds: float
+    message: str = ""
+
+
+def make_solver(
+    name: str, time_limit: float, gap_rel: float, threads: int | None = None
+) -> pulp.LpSolver:
+    """The pulp solver object for ``cbc`` or ``highs``."""
+    if time_limit <= 0:
+        raise AllocationInputError(f"time_limit must be > 0 seconds, got {time_limit}")
+    if name == "cbc":
+        return pulp.PULP_CBC_CMD(msg=False, timeLimit=time_limit, gapRel=gap_rel, threads=threads)
+    if name == "highs":
+        return pulp.HiGHS(msg=False, timeLimit=time_limit, gapRel=gap_rel, threads=threads)
+    raise AllocationInputError(f"solver {name!r} is not one of {', '.join(SOLVERS)}")
+
+
+def solve_problem(
+    problem: pulp.LpProblem,
+    name: str,
+    *,
+    time_limit: float,
+    gap_rel: float,
+    threads: int | None = None,
+) -> SolveOutcome:
+    """Solve ``problem`` in place; never raises for solver trouble (it is reported instead)."""
+    solver = make_solver(name, time_limit, gap_rel, threads)
+    start = time.perf_counter()
+    try:
+        problem.solve(solver)
+    except pulp.PulpSolverError as exc:
+        return SolveOutcome("failed", False, time.perf_counter() - start, str(exc))
+    seconds = time.perf_counter() - start
+    if problem.sol_status == pulp.LpSolutionOptimal:
+        return SolveOutcome("optimal", True, seconds)
+    if problem.sol_status == pulp.LpSolutionIntegerFeasible:
+        return SolveOutcome("feasible", True, seconds, "stopped at the time limit or gap")
+    text = pulp.LpStatus.get(problem.status, str(problem.status))
+    return SolveOutcome("failed", False, seconds, f"solver status {text}")

@@ -1,0 +1,78 @@
+"""Read FreeTrain/BFTrainer workload CSVs (``<name>-jobs.csv``, ``<name>-scaling.csv``)."""
+
+from __future__ import annotations
+
+import csv
+from collections import defaultdict
+from pathlib import Path
+
+from parsl_malleable.allocate.curve import ScalingCurve
+from parsl_malleable.allocate.errors import AllocationInputError
+from parsl_malleable.allocate.spec import TrainingJob
+from parsl_malleable.errors import MalleableError, TraceFormatError
+
+JOB_FIELDS = ("job", "Tcup", "Tcdw", "Jmin", "Jmax")
+SCALING_FIELDS = ("job", "nodes", "throughput")
+
+
+def _rows(path: Path, fields: tuple[str, ...]) -> list[tuple[int, dict[str, str]]]:
+    try:
+        handle = path.open(newline="")
+    except OSError as exc:
+        raise TraceFormatError(path, None, f"cannot read: {exc.strerror}") from exc
+    with handle:
+        reader = csv.DictReader(handle)
+        missing = [f for f in fields if f not in (reader.fieldnames or [])]
+        if missing:
+            raise TraceFormatError(path, 1, f"missing column(s) {', '.join(missing)}")
+        return [(i, row) for i, row in enumerate(reader, start=2)]
+
+
+def load_scaling(path: str | Path) -> dict[str, ScalingCurve]:
+    """Curves per job from a ``job,nodes,throughput[,objective]`` CSV."""
+    path = Path(path)
+    points: dict[str, list[tuple[int, float]]] = defaultdict(list)
+    for line, row in _rows(path, SCALING_FIELDS):
+        try:
+            points[row["job"]].append((int(float(row["nodes"])), float(row["throughput"])))
+        except ValueError as exc:
+            raise TraceFormatError(path, line, f"bad number: {exc}") from exc
+    curves = {}
+    for name, pts in points.items():
+        try:
+            curves[name] = ScalingCurve.from_points(pts)
+        except AllocationInputError as exc:
+            raise TraceFormatError(path, None, f"job {name}: {exc}") from exc
+    return curves
+
+
+def load_workload(directory: str | Path, name: str, limit: int | None = None) -> list[TrainingJob]:
+    """Jobs of workload ``name`` (e.g. ``imagenet-imgps-1001J``) with their curves, in file order.
+
+    ``limit`` keeps the first jobs only. Every job starts with no nodes.
+    """
+    directory = Path(directory)
+    curves = load_scaling(directory / f"{name}-scaling.csv")
+    jobs_path = directory / f"{name}-jobs.csv"
+    jobs = []
+    for line, row in _rows(jobs_path, JOB_FIELDS):
+        if limit is not None and len(jobs) >= limit:
+            break
+        if row["job"] not in curves:
+            raise TraceFormatError(jobs_path, line, f"job {row['job']} has no scaling curve")
+        try:
+            jobs.append(
+                TrainingJob(
+                    name=row["job"],
+                    min_nodes=int(float(row["Jmin"])),
+                    max_nodes=int(float(row["Jmax"])),
+                    curve=curves[row["job"]],
+                    scale_up_cost=float(row["Tcup"]),
+                    scale_down_cost=float(row["Tcdw"]),
+                )
+            )
+        except ValueError as exc:
+            raise TraceFormatError(jobs_path, line, f"bad number: {exc}") from exc
+        except MalleableError as exc:
+            raise TraceFormatError(jobs_path, line, str(exc)) from exc
+    return jobs
