@@ -20,7 +20,10 @@ def jobs_frame(columns: dict[str, np.ndarray | pd.Series], report: ReadReport) -
 
     Out-of-order submits are counted under ``unsorted_submit`` (one per descent in file order).
     """
-    frame = pd.DataFrame({c: pd.Series(columns[c]).astype(t) for c, t in JOB_COLUMNS.items()})
+    # positional: inputs may carry the index of a filtered frame, which must not realign rows
+    frame = pd.DataFrame(
+        {c: pd.Series(_positional(columns[c])).astype(t) for c, t in JOB_COLUMNS.items()}
+    )
     submit = frame["submit"].to_numpy()
     descents = int(np.count_nonzero(np.diff(submit) < 0)) if len(submit) else 0
     if descents:
@@ -28,3 +31,7 @@ def jobs_frame(columns: dict[str, np.ndarray | pd.Series], report: ReadReport) -
         order = np.argsort(submit, kind="stable")
         frame = frame.iloc[order].reset_index(drop=True)
     return frame
+
+
+def _positional(values: np.ndarray | pd.Series) -> np.ndarray | pd.Series:
+    return values.reset_index(drop=True) if isinstance(values, pd.Series) else values

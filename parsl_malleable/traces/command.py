@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from parsl_malleable.errors import TraceFormatError
-from parsl_malleable.traces.read import READERS, read_trace
+from parsl_malleable.traces.read import ALIASES, READERS, read_trace
 from parsl_malleable.traces.schema import JobTrace
 from parsl_malleable.traces.summary import summarize
 
@@ -21,7 +21,7 @@ from parsl_malleable.traces.summary import summarize
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(sorted(READERS)),
+    type=click.Choice(sorted([*READERS, *ALIASES])),
     help="Trace format; guessed from the name and first lines when omitted.",
 )
 @click.option("--cores-per-node", type=click.IntRange(min=1), help="SWF: cores per node.")

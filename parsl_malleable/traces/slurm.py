@@ -65,7 +65,8 @@ def read_sacct(path: str | Path, *, nodes: int | None = None, skip_bad: bool = F
         for n in frame.loc[no_size, "lineno"].head(MAX_EXAMPLES):
             if len(report.skipped_examples) < MAX_EXAMPLES:
                 report.skipped_examples.append(example(path, n, lines[n - 1], "no node count"))
-        frame, alloc, req = frame[~no_size], alloc[~no_size], req[~no_size]
+        keep = ~no_size
+        frame, alloc, req = (x[keep].reset_index(drop=True) for x in (frame, alloc, req))
     report.note("nodes_req_missing", int(req.isna().sum()))
     report.note("nodes_alloc_missing", int(alloc.isna().sum()))
     nodes_req = req.fillna(alloc).to_numpy(dtype=np.int64)

@@ -103,11 +103,14 @@ def test_bad_line_names_file_and_line(export, bad, message):
 
 
 def test_unknown_submit_and_no_size_skipped_and_counted(export):
-    extra = "108|108|Unknown|Unknown|Unknown|01:00|1|1|1|1|p|u|PENDING\n"
-    extra += "109|109|2024-03-01T10:06:00|Unknown|Unknown|01:00|0|0|1|1|p|u|PENDING\n"
-    export.write_text(EXPORT + extra)
+    clean = read_sacct(export).jobs
+    lines = EXPORT.splitlines(keepends=True)
+    lines.insert(2, "108|108|Unknown|Unknown|Unknown|01:00|1|1|1|1|p|u|PENDING\n")
+    lines.insert(3, "109|109|2024-03-01T10:06:00|Unknown|Unknown|01:00|0|0|1|1|p|u|PENDING\n")
+    export.write_text("".join(lines))
     trace = read_sacct(export)
-    assert len(trace.jobs) == 6 and trace.report.skipped == 2
+    assert trace.report.skipped == 2
+    assert trace.jobs.equals(clean)  # skipping rows mid-file leaves the others intact
     assert trace.report.repairs["skipped_no_submit_time"] == 1
     assert trace.report.repairs["skipped_no_node_count"] == 1
 

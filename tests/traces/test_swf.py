@@ -78,6 +78,24 @@ def test_heterogeneous_machines_file_uses_rounded_mean(tmp_path):
     assert trace.report.repairs["nodes_clamped"] == 1
 
 
+def test_unequal_node_types_round_cores_per_node(tmp_path):
+    path = write(tmp_path, swf_line(1, 0, 0, 10, 9, 9, 20))
+    (tmp_path / "t.swf.machines").write_text("0 a 2 10 1 1\n1 b 1 5 1 1\n")
+    trace = read_swf(path)
+    assert (trace.machine.nodes, trace.machine.cores_per_node) == (3, 8)  # 25 cpus / 3 nodes
+    assert trace.report.repairs["cores_per_node_rounded"] == 1
+    assert trace.jobs["nodes"].tolist() == [2]
+
+
+def test_only_maxprocs_header_uses_option(tmp_path):
+    trace = read_swf(
+        write(tmp_path, "; MaxProcs: 64\n" + swf_line(1, 0, 0, 1, 20, 20, 5)), cores_per_node=16
+    )
+    assert (trace.machine.nodes, trace.machine.cores_per_node) == (4, 16)
+    assert trace.jobs["nodes"].tolist() == [2]
+    assert trace.jobs["cores"].tolist() == [20]
+
+
 def test_gzip_and_machines_beside_uncompressed_name(tmp_path):
     path = tmp_path / "t.swf.gz"
     with gzip.open(path, "wt") as fh:
