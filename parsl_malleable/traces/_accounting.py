@@ -45,12 +45,12 @@ def read_accounting(
     kind: str,
 ) -> JobTrace:
     """Read one accounting log into a :class:`JobTrace` (for ``read_cobalt`` and PBS)."""
+    if nodes is not None and nodes <= 0:
+        raise ValueError(f"nodes must be positive, got {nodes}")
     path = Path(path)
     report = ReadReport()
     records = _records(path, read_lines(path), skip_bad, report)
     jobs = _join(records, report)
-    if nodes is not None and nodes <= 0:
-        raise ValueError(f"nodes must be positive, got {nodes}")
 
     nodes_req = _requested_nodes(jobs)
     missing = nodes_req <= 0
