@@ -1,0 +1,217 @@
+"""``ScalabilityProfiler``: learn each job's scalability curve and rescale costs while it runs."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from parsl_malleable.allocate.curve import ScalingCurve
+from parsl_malleable.allocate.spec import TrainingJob
+from parsl_malleable.errors import ConfigError
+from parsl_malleable.profile.fit import ScalingFit, fit_scaling
+
+RESCALE_KINDS = ("up", "down", "start")
+
+
+class ProfileInputError(ConfigError):
+    """A measurement given to the profiler is invalid; the message names the job and value."""
+
+
+@dataclass
+class _Stats:
+    """Running mean and variance (Welford) of one job's throughput at one world size."""
+
+    count: int = 0
+    mean: float = 0.0
+    m2: float = 0.0
+
+    def add(self, value: float) -> None:
+        self.count += 1
+        delta = value - self.mean
+        self.mean += delta / self.count
+        self.m2 += delta * (value - self.mean)
+
+    def stderr(self, floor_rel: float) -> float:
+        spread = math.sqrt(self.m2 / (self.count - 1)) if self.count > 1 else 0.0
+        # Few samples understate noise: never claim better than floor_rel of the mean.
+        return max(spread, floor_rel * self.mean) / math.sqrt(self.count)
+
+
+@dataclass(frozen=True)
+class ExplorationAdvice:
+    """Try ``size`` nodes: ``gain`` (samples, optimistic) outweighs ``cost`` (samples lost)."""
+
+    size: int
+    gain: float
+    cost: float
+    reason: str
+
+
+class ScalabilityProfiler:
+    """Online estimates of throughput per world size, a fitted curve, and rescale costs.
+
+    Jobs report ``record(job, world_size, samples_per_s)`` while they run and
+    ``record_rescale(job, kind, seconds)`` after each rescale. ``curve(job)`` returns a
+    :class:`ScalingCurve` with standard errors for the allocator; ``training_job`` wraps it,
+    with the measured costs, into a :class:`TrainingJob`.
+    """
+
+    def __init__(
+        self,
+        *,
+        noise_floor: float = 0.02,
+        extrapolation_rel: float = 0.1,
+        default_scale_up_s: float = 30.0,
+        default_scale_down_s: float = 15.0,
+    ) -> None:
+        if not 0 <= noise_floor < 1 or extrapolation_rel < 0:
+            raise ProfileInputError("noise_floor must be in [0, 1) and extrapolation_rel >= 0")
+        self.noise_floor = noise_floor
+        self.extrapolation_rel = extrapolation_rel
+        self.defaults = {
+            "up": default_scale_up_s,
+            "down": default_scale_down_s,
+            "start": default_scale_up_s,
+        }
+        self._stats: dict[str, dict[int, _Stats]] = defaultdict(lambda: defaultdict(_Stats))
+        self._rescales: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+
+    def record(self, job: str, world_size: int, samples_per_s: float) -> None:
+        """One throughput sample of ``job`` running on ``world_size`` nodes."""
+        if int(world_size) != world_size or world_size < 1:
+            raise ProfileInputError(f"job {job!r}: world_size must be an integer >= 1")
+        if not math.isfinite(samples_per_s) or samples_per_s <= 0:
+            raise ProfileInputError(
+                f"job {job!r}: samples_per_s must be finite and > 0, got {samples_per_s}"
+            )
+        self._stats[job][int(world_size)].add(float(samples_per_s))
+
+    def record_rescale(self, job: str, kind: str, seconds: float) -> None:
+        """The measured pause of one rescale: ``kind`` is ``up``, ``down`` or ``start``."""
+        if kind not in RESCALE_KINDS:
+            raise ProfileInputError(f"job {job!r}: rescale kind {kind!r} not in {RESCALE_KINDS}")
+        if not math.isfinite(seconds) or seconds < 0:
+            raise ProfileInputError(f"job {job!r}: rescale seconds must be >= 0, got {seconds}")
+        self._rescales[job][kind].append(float(seconds))
+
+    def rescale_cost(self, job: str, kind: str) -> float:
+        """Mean measured pause of ``kind`` for ``job``, else the default."""
+        if kind not in RESCALE_KINDS:
+            raise ProfileInputError(f"rescale kind {kind!r} not in {RESCALE_KINDS}")
+        seen = self._rescales.get(job, {}).get(kind)
+        return sum(seen) / len(seen) if seen else self.defaults[kind]
+
+    def measured(self, job: str) -> dict[int, tuple[float, float, int]]:
+        """``{world_size: (mean samples/s, standard error, samples)}`` for ``job``."""
+        return {
+            n: (s.mean, s.stderr(self.noise_floor), s.count)
+            for n, s in sorted(self._stats.get(job, {}).items())
+        }
+
+    def fit(self, job: str) -> ScalingFit:
+        """The fitted scalability model of ``job`` (needs at least one sample)."""
+        seen = self.measured(job)
+        if not seen:
+            raise ProfileInputError(f"job {job!r}: no throughput samples recorded")
+        return fit_scaling(
+            list(seen),
+            [m for m, _, _ in seen.values()],
+            [e for _, e, _ in seen.values()],
+            extrapolation_rel=self.extrapolation_rel,
+        )
+
+    def curve(self, job: str, max_nodes: int, sizes: Iterable[int] | None = None) -> ScalingCurve:
+        """Throughput with standard errors at ``sizes`` (default: measured sizes, powers of two
+        and ``max_nodes``). Measured sizes use their sample mean; others the fitted model."""
+        seen = self.measured(job)
+        model = self.fit(job)
+        if sizes is None:
+            powers = {2**k for k in range(max(1, max_nodes).bit_length()) if 2**k <= max_nodes}
+            sizes = {*seen, *powers, max_nodes}
+        points = sorted({int(n) for n in sizes if 1 <= n <= max_nodes})
+        rates, errors = [], []
+        for n in points:
+            if n in seen:
+                rates.append(seen[n][0])
+                errors.append(seen[n][1])
+            else:
+                rates.append(model.throughput(n))
+                errors.append(model.stderr(n))
+        return ScalingCurve(tuple(points), tuple(rates), tuple(errors))
+
+    def training_job(
+        self,
+        job: str,
+        *,
+        min_nodes: int,
+        max_nodes: int,
+        current_nodes: tuple[str, ...] = (),
+        weight: float = 1.0,
+        pessimism: float = 0.0,
+    ) -> TrainingJob:
+        """A :class:`TrainingJob` for the allocator from what has been measured.
+
+        ``pessimism`` shifts the curve down by that many standard errors (0: the estimate).
+        """
+        curve = self.curve(job, max_nodes).shifted(-pessimism)
+        return TrainingJob(
+            name=job,
+            min_nodes=min_nodes,
+            max_nodes=max_nodes,
+            curve=curve,
+            scale_up_cost=self.rescale_cost(job, "up"),
+            scale_down_cost=self.rescale_cost(job, "down"),
+            weight=weight,
+            current_nodes=current_nodes,
+        )
+
+    def suggest_exploration(
+        self,
+        job: str,
+        current_size: int,
+        *,
+        horizon_s: float,
+        candidates: Iterable[int] | None = None,
+        max_nodes: int | None = None,
+        kappa: float = 1.0,
+        min_rel_uncertainty: float = 0.05,
+    ) -> ExplorationAdvice | None:
+        """An unmeasured size worth trying next, or ``None``.
+
+        A size ``m`` is worth a try when its throughput is still uncertain (relative standard
+        error above ``min_rel_uncertainty``) and the optimistic gain of running there for the
+        rest of the horizon, ``horizon_s * (mu(m) + kappa*sigma(m) - rate_now)``, exceeds the
+        samples lost to the pauses of going there and, if it disappoints, back
+        (``(pause_to + pause_back) * rate_now``). Candidates default to the powers of two next
+        to ``current_size`` (within ``max_nodes``).
+        """
+        if horizon_s <= 0:
+            raise ProfileInputError(f"horizon_s must be > 0, got {horizon_s}")
+        seen = self.measured(job)
+        if current_size not in seen:
+            raise ProfileInputError(f"job {job!r}: no samples at its current size {current_size}")
+        model = self.fit(job)
+        cap = max_nodes if max_nodes is not None else 2 * current_size
+        if candidates is None:
+            up = 1 << current_size.bit_length()
+            down = 1 << (current_size.bit_length() - 1)
+            down = down // 2 if down == current_size else down
+            candidates = [up, down]
+        rate_now = seen[current_size][0]
+        best: ExplorationAdvice | None = None
+        for m in sorted({int(c) for c in candidates if 1 <= c <= cap and c != current_size}):
+            if m in seen:
+                continue
+            mu, sigma = model.throughput(m), model.stderr(m)
+            if mu <= 0 or sigma / mu < min_rel_uncertainty:
+                continue
+            there = self.rescale_cost(job, "up" if m > current_size else "down")
+            back = self.rescale_cost(job, "down" if m > current_size else "up")
+            gain = horizon_s * (mu + kappa * sigma - rate_now)
+            cost = (there + back) * rate_now
+            if gain > cost and (best is None or gain - cost > best.gain - best.cost):
+                reason = f"{m} nodes: {mu:.0f} +- {sigma:.0f} samples/s vs {rate_now:.0f} now"
+                best = ExplorationAdvice(m, gain, cost, reason)
+        return best
