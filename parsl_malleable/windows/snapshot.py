@@ -8,10 +8,10 @@ schedulers, trace seconds for the simulator); ``Snapshot.now`` is the moment it 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 
 
-class NodeState(str, Enum):
+class NodeState(StrEnum):
     """What the scheduler says a node is doing."""
 
     IDLE = "idle"
