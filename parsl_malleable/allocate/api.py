@@ -6,6 +6,8 @@ import logging
 import time
 from collections.abc import Iterable, Sequence
 
+import pulp
+
 from parsl_malleable.allocate.assign import assign_nodes
 from parsl_malleable.allocate.count_model import build_count_model
 from parsl_malleable.allocate.errors import AllocationInputError, AllocationSolverError
@@ -54,7 +56,7 @@ def allocate(
     windows: Iterable[NodeWindow] = (),
     *,
     objective: str = "throughput",
-    solver: str = "highs",
+    solver: str | pulp.LpSolver = "highs",
     time_limit: float = 10.0,
     node_cap: int | None = None,
     default_window_s: float = 3600.0,
@@ -73,15 +75,17 @@ def allocate(
     node's predicted remaining idle time (nodes without one stay ``default_window_s``); the
     plan covers up to ``max_horizon_s`` in at most ``max_classes`` horizon classes.
     ``objective`` is ``throughput``, ``weighted``, ``speedup`` or ``maxmin``; ``node_cap`` caps
-    the nodes harvested. ``solver`` is ``cbc``, ``highs`` or ``greedy``. If the solver fails or
-    hits ``time_limit`` without an incumbent, the greedy rule is used and ``fallback`` is set
-    in the result (with ``fallback=False`` an ``AllocationSolverError`` is raised instead).
+    the nodes harvested. ``solver`` is ``cbc``, ``highs``, ``greedy`` or a configured
+    ``pulp.LpSolver`` (then ``time_limit`` and ``gap_rel`` are its own business). If the
+    solver fails or hits ``time_limit`` without an incumbent, the greedy rule is used and
+    ``fallback`` is set in the result (with ``fallback=False`` an ``AllocationSolverError`` is
+    raised instead).
     ``charge_start=False`` drops the start-up cost of jobs at 0 nodes (FreeTrain's model);
     ``shrink_pauses=False`` drops the pause when a class of nodes ends (faster, see
     docs/allocate.md).
     """
     check_objective(objective)
-    if solver not in SOLVERS:
+    if isinstance(solver, str) and solver not in SOLVERS:
         raise AllocationInputError(f"solver {solver!r} is not one of {', '.join(SOLVERS)}")
     if node_cap is not None and node_cap < 0:
         raise AllocationInputError(f"node_cap must be >= 0, got {node_cap}")
@@ -98,7 +102,8 @@ def allocate(
         max_classes=max_classes,
     )
     build_s = solve_s = 0.0
-    used_solver, status, message, fell_back = solver, "", "", False
+    used_solver = solver if isinstance(solver, str) else type(solver).__name__
+    status, message, fell_back = "", "", False
     counts: dict[str, list[int]] | None = None
     value = 0.0
     if solver != "greedy" and jobs and classes.ends:
@@ -126,11 +131,13 @@ def allocate(
                 value = float(model.problem.objective.value() or 0.0)
         if counts is None:
             if not fallback:
-                raise AllocationSolverError(f"{solver}: {message or status}")
-            log.warning("allocator: %s %s (%s); using the greedy rule", solver, status, message)
+                raise AllocationSolverError(f"{used_solver}: {message or status}")
+            log.warning(
+                "allocator: %s %s (%s); using the greedy rule", used_solver, status, message
+            )
             fell_back = True
         elif status == "feasible":
-            log.info("allocator: %s stopped early, keeping its best incumbent", solver)
+            log.info("allocator: %s stopped early, keeping its best incumbent", used_solver)
     if counts is None:
         start = time.perf_counter()
         options = {"charge_start": charge_start, "shrink_pauses": shrink_pauses}

@@ -63,7 +63,7 @@ def build_count_model(
         row: list[pulp.LpVariable | None] = []
         for b in range(n_classes):
             upper = min(job.max_nodes, capacity[b])
-            var = pulp.LpVariable(f"x{j}_{b}", 0, upper, cat=pulp.LpInteger) if upper else None
+            var = problem.add_variable(f"x{j}_{b}", 0, upper, cat=pulp.LpInteger) if upper else None
             row.append(var)
             if var is not None:
                 per_class[b].append((var, 1.0))
@@ -83,7 +83,7 @@ def build_count_model(
                 problem += block.count + held_sum == 0
             else:
                 # Later segments run on what is left, or stop (below min_nodes, or not worth it).
-                count = pulp.LpVariable(f"m{j}_{s}", 0, job.max_nodes, cat=pulp.LpInteger)
+                count = problem.add_variable(f"m{j}_{s}", 0, job.max_nodes, cat=pulp.LpInteger)
                 problem += block.count - count == 0
                 problem += count + held_sum <= 0
             terms.extend((v, c * lengths[s]) for v, c in block.rate.items())
@@ -93,8 +93,8 @@ def build_count_model(
             if charge_start:
                 losses.extend((v, c * job.scale_up_cost) for v, c in blocks[0].rate.items())
         else:
-            up = pulp.LpVariable(f"up{j}", cat=pulp.LpBinary)
-            down = pulp.LpVariable(f"dn{j}", cat=pulp.LpBinary)
+            up = problem.add_variable(f"up{j}", cat=pulp.LpBinary)
+            down = problem.add_variable(f"dn{j}", cat=pulp.LpBinary)
             problem += up + down <= 1
             for b, var in enumerate(row):
                 if var is None:
@@ -111,9 +111,9 @@ def build_count_model(
             if var is None or job.scale_down_cost == 0 or not shrink_pauses:
                 continue
             # Nodes of class s leave at the end of segment s: the job pauses to shrink.
-            leaves = pulp.LpVariable(f"v{j}_{s}", cat=pulp.LpBinary)
+            leaves = problem.add_variable(f"v{j}_{s}", cat=pulp.LpBinary)
             problem += var - var.upBound * leaves <= 0
-            lost = pulp.LpVariable(f"L{j}_{s}", 0)
+            lost = problem.add_variable(f"L{j}_{s}", 0)
             pause = job.scale_down_cost
             problem += (
                 pulp.LpAffineExpression(
@@ -137,7 +137,7 @@ def build_count_model(
     for score in scores:
         total.addInPlace(score)
     if objective == "maxmin" and scores:
-        floor = pulp.LpVariable("t")
+        floor = problem.add_variable("t")
         for score in scores:
             problem += score - floor >= 0
         problem += floor + (MAXMIN_TIE_WEIGHT / len(scores)) * total

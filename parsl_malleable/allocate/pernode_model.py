@@ -54,7 +54,7 @@ def build_pernode_model(
     everything: list[tuple[pulp.LpVariable, float]] = []
     for j, job in enumerate(jobs):
         mine = set(job.current_nodes)
-        row = {n: pulp.LpVariable(f"a{j}_{i}", cat=pulp.LpBinary) for i, n in enumerate(nodes)}
+        row = {n: problem.add_variable(f"a{j}_{i}", cat=pulp.LpBinary) for i, n in enumerate(nodes)}
         a[job.name] = row
         for n, var in row.items():
             on_node[n].append((var, 1.0))
@@ -63,8 +63,8 @@ def build_pernode_model(
         everything.extend((v, 1.0) for v in row.values())
         losses: list[tuple[pulp.LpVariable, float]] = []
         if mine:
-            up = pulp.LpVariable(f"up{j}", cat=pulp.LpBinary)
-            down = pulp.LpVariable(f"dn{j}", cat=pulp.LpBinary)
+            up = problem.add_variable(f"up{j}", cat=pulp.LpBinary)
+            down = problem.add_variable(f"dn{j}", cat=pulp.LpBinary)
             problem += up + down <= 1
             for n, var in row.items():
                 if n in mine:
@@ -87,7 +87,7 @@ def build_pernode_model(
     for score in scores:
         total.addInPlace(score)
     if objective == "maxmin" and scores:
-        floor = pulp.LpVariable("t")
+        floor = problem.add_variable("t")
         for score in scores:
             problem += score - floor >= 0
         problem += floor + (MAXMIN_TIE_WEIGHT / len(scores)) * total

@@ -27,11 +27,13 @@ class PiecewiseRate:
 def add_piecewise_rate(problem: pulp.LpProblem, job: TrainingJob, tag: str) -> PiecewiseRate:
     """Add the SOS2 block of ``job`` to ``problem``; variable names start with ``tag``."""
     points = job.curve.breakpoints(job.min_nodes, job.max_nodes)
-    run = pulp.LpVariable(f"z{tag}", cat=pulp.LpBinary)
-    lam = [pulp.LpVariable(f"l{tag}_{k}", 0, 1) for k in range(len(points))]
+    run = problem.add_variable(f"z{tag}", cat=pulp.LpBinary)
+    lam = [problem.add_variable(f"l{tag}_{k}", 0, 1) for k in range(len(points))]
     problem += pulp.LpAffineExpression([(v, 1.0) for v in lam] + [(run, -1.0)]) == 0
     if len(points) >= 3:
-        pick = [pulp.LpVariable(f"y{tag}_{k}", cat=pulp.LpBinary) for k in range(len(points) - 1)]
+        pick = [
+            problem.add_variable(f"y{tag}_{k}", cat=pulp.LpBinary) for k in range(len(points) - 1)
+        ]
         problem += pulp.LpAffineExpression([(v, 1.0) for v in pick] + [(run, -1.0)]) == 0
         for k, weight in enumerate(lam):
             near = [pick[i] for i in (k - 1, k) if 0 <= i < len(pick)]
@@ -75,8 +77,8 @@ def add_envelope_rate(problem: pulp.LpProblem, job: TrainingJob, tag: str) -> Pi
     segments the allocator will plan again before they start.
     """
     hull = concave_envelope(job)[1:]
-    run = pulp.LpVariable(f"z{tag}", 0, 1)
-    lam = [pulp.LpVariable(f"l{tag}_{k}", 0, 1) for k in range(len(hull))]
+    run = problem.add_variable(f"z{tag}", 0, 1)
+    lam = [problem.add_variable(f"l{tag}_{k}", 0, 1) for k in range(len(hull))]
     problem += pulp.LpAffineExpression([(v, 1.0) for v in lam] + [(run, -1.0)]) == 0
     count = pulp.LpAffineExpression([(v, float(n)) for v, (n, _) in zip(lam, hull, strict=True)])
     rate = pulp.LpAffineExpression([(v, r) for v, (_, r) in zip(lam, hull, strict=True)])

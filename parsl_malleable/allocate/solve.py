@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import warnings
 from dataclasses import dataclass
 
 import pulp
@@ -37,17 +38,19 @@ def make_solver(
 
 def solve_problem(
     problem: pulp.LpProblem,
-    name: str,
+    name: str | pulp.LpSolver,
     *,
     time_limit: float,
     gap_rel: float,
     threads: int | None = None,
 ) -> SolveOutcome:
     """Solve ``problem`` in place; never raises for solver trouble (it is reported instead)."""
-    solver = make_solver(name, time_limit, gap_rel, threads)
+    solver = make_solver(name, time_limit, gap_rel, threads) if isinstance(name, str) else name
     start = time.perf_counter()
     try:
-        problem.solve(solver)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            problem.solve(solver)
     except pulp.PulpSolverError as exc:
         return SolveOutcome("failed", False, time.perf_counter() - start, str(exc))
     seconds = time.perf_counter() - start

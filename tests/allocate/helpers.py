@@ -1,0 +1,52 @@
+"""Small hand-made jobs and a checker of the allocator's hard constraints."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from parsl_malleable.allocate import Allocation, ScalingCurve, TrainingJob
+
+
+def linear_job(
+    name: str,
+    per_node: float,
+    *,
+    lo: int = 1,
+    hi: int = 4,
+    up: float = 0.0,
+    down: float = 0.0,
+    weight: float = 1.0,
+    current: tuple[str, ...] = (),
+) -> TrainingJob:
+    curve = ScalingCurve(tuple(range(1, hi + 1)), tuple(per_node * n for n in range(1, hi + 1)))
+    return TrainingJob(name, lo, hi, curve, up, down, weight, current)
+
+
+def table_job(name: str, rates: dict[int, float], **kw) -> TrainingJob:
+    curve = ScalingCurve.from_points(list(rates.items()))
+    lo, hi = kw.pop("lo", 1), kw.pop("hi", max(rates))
+    return TrainingJob(name, lo, hi, curve, kw.pop("up", 0.0), kw.pop("down", 0.0), **kw)
+
+
+def assert_valid(
+    alloc: Allocation,
+    jobs: Sequence[TrainingJob],
+    free_nodes: Sequence[str],
+    node_cap: int | None = None,
+) -> None:
+    """min/max, no migration, no node used twice, only known nodes, node cap."""
+    known = set(free_nodes) | {n for job in jobs for n in job.current_nodes}
+    seen: set[str] = set()
+    for job in jobs:
+        ids = alloc.node_ids[job.name]
+        assert alloc.nodes[job.name] == len(ids)
+        assert len(ids) == 0 or job.min_nodes <= len(ids) <= job.max_nodes, job.name
+        current = set(job.current_nodes)
+        assert current <= set(ids) or set(ids) <= current, f"{job.name} migrated"
+        assert set(alloc.added[job.name]) == set(ids) - current
+        assert set(alloc.released[job.name]) == current - set(ids)
+        assert not seen & set(ids), "a node is given to two jobs"
+        seen |= set(ids)
+    assert seen <= known
+    if node_cap is not None:
+        assert len(seen) <= node_cap
