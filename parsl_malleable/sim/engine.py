@@ -373,9 +373,7 @@ def run_schedule(
                         ok = False
                     else:
                         if not prof_valid:
-                            m = prof_build(pt, pf, now, free, rs_t, rs_k, rn)
-                            s = prof_earliest(pt, pf, m, k[head], est[head])
-                            m = prof_add(pt, pf, m, s, s + est[head], -k[head])
+                            m, s = _easy_profile(pt, pf, now, free, rs_t, rs_k, rn, k, est, head)
                             if np.isnan(first_res[head]):
                                 first_res[head] = s
                             prof_valid = True
@@ -402,6 +400,11 @@ def run_schedule(
                 head = j
                 if policy == FCFS:
                     break
+                if np.isnan(first_res[j]):  # record the head's reservation when first made
+                    m, s = _easy_profile(pt, pf, now, free, rs_t, rs_k, rn, k, est, j)
+                    first_res[j] = s
+                    prof_valid = True
+                    counters[C_PROFILE_BUILDS] += 1
             elif free == 0 or policy == FCFS:
                 break
         while qh < qn and queue[qh] < 0:
@@ -432,6 +435,15 @@ def run_schedule(
         last_free,
         counters,
     )
+
+
+@njit(cache=True)
+def _easy_profile(pt, pf, now, free, rs_t, rs_k, rn, k, est, head):
+    """Profile of the running jobs plus the head's reservation; return (length, its start)."""
+    m = prof_build(pt, pf, now, free, rs_t, rs_k, rn)
+    s = prof_earliest(pt, pf, m, k[head], est[head])
+    m = prof_add(pt, pf, m, s, s + est[head], -k[head])
+    return m, s
 
 
 @njit(cache=True)
