@@ -30,7 +30,12 @@ def make_solver(
     if time_limit <= 0:
         raise AllocationInputError(f"time_limit must be > 0 seconds, got {time_limit}")
     if name == "cbc":
-        return pulp.PULP_CBC_CMD(msg=False, timeLimit=time_limit, gapRel=gap_rel, threads=threads)
+        with warnings.catch_warnings():
+            # pulp 3.3 announces PULP_CBC_CMD's removal in 4.0; it is the CBC bundled here.
+            warnings.simplefilter("ignore", DeprecationWarning)
+            return pulp.PULP_CBC_CMD(
+                msg=False, timeLimit=time_limit, gapRel=gap_rel, threads=threads
+            )
     if name == "highs":
         return pulp.HiGHS(msg=False, timeLimit=time_limit, gapRel=gap_rel, threads=threads)
     raise AllocationInputError(f"solver {name!r} is not one of {', '.join(SOLVERS)}")
