@@ -1,0 +1,505 @@
+"""Horovod implementation of the elastic backend interface, without horovodrun.
+
+Controller side (:class:`HorovodRendezvousHost`): for every membership epoch it starts Horovod's
+own gloo HTTP rendezvous server (``horovod.runner.http.http_server``), loaded with the epoch's
+slot plan, on a fresh port. Rank side (:class:`HorovodBackend`): sets the ``HOROVOD_*`` variables
+that ``horovodrun --gloo`` would set, calls ``hvd.init()``, runs collectives, and calls
+``hvd.shutdown()`` at the end of the epoch; the same process then re-initialises Horovod for the
+next epoch (Horovod 0.28.1 supports this: it is what its own elastic mode does).
+
+Two Horovod behaviours shape this module (measured, see ``docs/horovod.md``):
+
+* A gloo failure *while the group forms* (a peer that never arrives, or dies during
+  ``hvd.init()``) is thrown in Horovod's background thread outside any ``try``, so the C++
+  runtime calls ``std::terminate`` and the whole process aborts. Ranks therefore meet in a Python
+  pre-barrier on the controller first: ``hvd.init()`` only starts once every rank of the epoch is
+  known to be alive, and a missing peer raises :class:`HorovodRendezvousError` instead.
+* A peer that dies mid-collective makes survivors raise within about a second (gloo sees the
+  closed socket); a peer that hangs is caught by gloo's timeout; but a peer that is alive and
+  simply never submits the tensor leaves survivors waiting forever (Horovod's stall shutdown did
+  not fire in our tests). Every collective here is therefore asynchronous with a watchdog
+  deadline of ``timeout_s``.
+
+Ranks are laid out one per node (the runtime runs one rank per node): each rank is its own
+Horovod "host" (``local_size`` 1), so ranks may also share a machine, as in tests.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import logging
+import math
+import os
+import pickle
+import socket
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from parsl_malleable.elastic.backend import RendezvousInfo
+from parsl_malleable.errors import MalleableError
+
+__all__ = [
+    "HorovodBackend",
+    "HorovodBackendError",
+    "HorovodCollectiveError",
+    "HorovodRendezvousError",
+    "HorovodRendezvousHost",
+]
+
+log = logging.getLogger(__name__)
+
+BUILD_HINT = "Horovod is not installed; build it with scripts/build-horovod"
+_SCOPE = "parsl_malleable"  # our keys on Horovod's server, beside its global/local/cross scopes
+_POLL_MAX_S = 0.002  # longest sleep between polls of an async collective
+
+
+class HorovodBackendError(MalleableError, RuntimeError):
+    """A Horovod group could not be formed or a collective failed; form a new epoch."""
+
+
+class HorovodRendezvousError(HorovodBackendError):
+    """The ranks of an epoch did not all arrive in time, or the epoch was superseded."""
+
+
+class HorovodCollectiveError(HorovodBackendError):
+    """A collective failed: a peer died, hung, or stopped taking part within the timeout."""
+
+
+def _slot_hostname(rank: int) -> str:
+    """The Horovod host name of ``rank``: one host per rank, so local scopes have size 1."""
+    return f"rank{rank}"
+
+
+def _import_horovod_torch() -> Any:
+    try:
+        import horovod.torch as hvd
+    except ImportError as exc:
+        raise ImportError(f"{BUILD_HINT} ({exc})") from exc
+    return hvd
+
+
+# ---------------------------------------------------------------------------- controller side
+
+
+def _make_server_class() -> tuple[type, type]:
+    """Subclass Horovod's rendezvous server to add our pre-barrier (imported lazily)."""
+    try:
+        from horovod.runner.http.http_server import RendezvousHandler, RendezvousHTTPServer
+    except ImportError as exc:
+        raise ImportError(f"{BUILD_HINT} ({exc})") from exc
+
+    class PreBarrierHandler(RendezvousHandler):
+        """Horovod's handler, plus ``GET /parsl_malleable/status`` reporting who has arrived."""
+
+        def do_GET(self) -> None:
+            if self.path == f"/{_SCOPE}/status":
+                with self.server.cache_lock:
+                    arrived = sorted(int(k) for k in self.server.cache.get(_SCOPE, {}))
+                body = json.dumps(
+                    {
+                        "epoch": self.server.epoch,
+                        "world_size": self.server.world_size,
+                        "arrived": arrived,
+                        "superseded": self.server.superseded,
+                    }
+                ).encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+                return
+            super().do_GET()
+
+    class EpochServer(RendezvousHTTPServer):
+        daemon_threads = True  # a request stuck on a dead rank must not block close()
+
+        def __init__(self, addr: tuple[str, int], epoch: int, world_size: int) -> None:
+            super().__init__(addr, PreBarrierHandler, 0)
+            self.epoch = epoch
+            self.world_size = world_size
+            self.superseded = False
+
+    return EpochServer, PreBarrierHandler
+
+
+class HorovodRendezvousHost:
+    """Controller-side service: one Horovod gloo rendezvous server per membership epoch.
+
+    A fresh server (and port) per epoch keeps keys of an abandoned epoch from confusing the next
+    one. Preparing epoch ``e`` marks older epochs superseded (ranks still waiting in their
+    pre-barrier give up at once) and stops servers older than ``e - 1``: a server must outlive
+    the few hundred milliseconds in which its ranks finish forming the gloo mesh, because
+    Horovod aborts the process if the server vanishes then.
+
+    The server speaks plain unauthenticated HTTP, like Horovod's own; bind it to an address only
+    the job's nodes can reach (``bind`` defaults to ``host``).
+    """
+
+    def __init__(self, host: str = "127.0.0.1", bind: str | None = None) -> None:
+        self.host = host
+        self.bind = host if bind is None else bind
+        self._servers: dict[int, Any] = {}
+        self._threads: dict[int, threading.Thread] = {}
+        self._lock = threading.Lock()
+        self._server_class: type | None = None
+
+    def start(self) -> None:
+        """Load Horovod's server code (idempotent); servers start per epoch."""
+        if self._server_class is None:
+            self._server_class, _ = _make_server_class()
+
+    def prepare_epoch(self, epoch: int, world_size: int) -> RendezvousInfo:
+        """Start the rendezvous server of ``epoch`` for ``world_size`` ranks."""
+        if not isinstance(world_size, int) or world_size < 1:
+            raise ValueError(f"world_size must be a positive integer, got {world_size!r}")
+        self.start()
+        from horovod.runner.common.util.hosts import SlotInfo
+
+        with self._lock:
+            if epoch in self._servers or any(old > epoch for old in self._servers):
+                raise ValueError(
+                    f"epoch {epoch} is not newer than epochs already prepared "
+                    f"({sorted(self._servers)}); epochs must increase"
+                )
+            server = self._server_class((self.bind, 0), epoch, world_size)
+            # Horovod clears a scope once all its members have finished forming the group, so it
+            # must know each scope's size: one host per rank, hence local size 1.
+            server.init(
+                [
+                    SlotInfo(
+                        hostname=_slot_hostname(rank),
+                        rank=rank,
+                        local_rank=0,
+                        cross_rank=rank,
+                        size=world_size,
+                        local_size=1,
+                        cross_size=world_size,
+                    )
+                    for rank in range(world_size)
+                ]
+            )
+            thread = threading.Thread(
+                target=server.serve_forever,
+                kwargs={"poll_interval": 0.05},
+                name=f"horovod-rendezvous-epoch-{epoch}",
+                daemon=True,
+            )
+            thread.start()
+            for old_epoch, old in list(self._servers.items()):
+                old.superseded = True
+                if old_epoch < epoch - 1:
+                    self._stop(old_epoch)
+            self._servers[epoch] = server
+            self._threads[epoch] = thread
+            port = server.server_address[1]
+        log.debug("horovod rendezvous for epoch %d (%d ranks) on port %d", epoch, world_size, port)
+        return RendezvousInfo(
+            backend="horovod", host=self.host, port=port, epoch=epoch, world_size=world_size
+        )
+
+    def arrived(self, epoch: int) -> list[int]:
+        """Ranks that have reached the pre-barrier of ``epoch`` (for diagnostics and tests)."""
+        with self._lock:
+            server = self._servers.get(epoch)
+        if server is None:
+            return []
+        with server.cache_lock:
+            return sorted(int(k) for k in server.cache.get(_SCOPE, {}))
+
+    def close(self) -> None:
+        """Stop every server and free their ports."""
+        with self._lock:
+            for epoch in list(self._servers):
+                self._stop(epoch)
+
+    def _stop(self, epoch: int) -> None:
+        server = self._servers.pop(epoch)
+        thread = self._threads.pop(epoch)
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+    def __enter__(self) -> HorovodRendezvousHost:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# ---------------------------------------------------------------------------- rank side
+
+
+class HorovodBackend:
+    """Rank side: one Horovod (gloo) group per membership epoch, re-initialised in-process.
+
+    ``iface`` names the network interface gloo uses; by default it is the interface through
+    which this node reaches the controller (``lo`` when the controller is on the same machine).
+    """
+
+    name = "horovod"
+
+    def __init__(self, iface: str | None = None) -> None:
+        self._hvd = _import_horovod_torch()
+        self._iface = iface
+        self._formed = False
+        self._broken: str | None = None
+        self._rank = 0
+        self._world_size = 1
+        self._epoch: int | None = None
+        self._timeout_s = 60.0
+        self._saved_env: dict[str, str | None] = {}
+
+    @property
+    def rank(self) -> int:
+        """This process's rank in the current epoch."""
+        return self._rank
+
+    @property
+    def world_size(self) -> int:
+        """Number of ranks in the current epoch."""
+        return self._world_size
+
+    def init(self, rank: int, info: RendezvousInfo, timeout_s: float) -> None:
+        """Join epoch ``info.epoch`` as ``rank``; raise within ``timeout_s`` if a peer is missing.
+
+        Raises :class:`HorovodRendezvousError` if not every rank reaches the controller's
+        pre-barrier in time, the epoch was superseded, or the controller cannot be reached.
+        """
+        if info.backend != "horovod":
+            raise ValueError(f"RendezvousInfo is for backend {info.backend!r}, not 'horovod'")
+        if not 0 <= rank < info.world_size:
+            raise ValueError(f"rank {rank} is outside world size {info.world_size}")
+        if timeout_s <= 0:
+            raise ValueError(f"timeout_s must be positive, got {timeout_s}")
+        self.shutdown()
+        self._timeout_s = float(timeout_s)
+        self._pre_barrier(rank, info, time.monotonic() + timeout_s)
+        self._set_env(rank, info, timeout_s)
+        try:
+            self._hvd.init()
+        except BaseException:
+            self._restore_env()
+            raise
+        self._formed = True
+        self._broken = None
+        self._rank, self._world_size, self._epoch = rank, info.world_size, info.epoch
+        if (self._hvd.rank(), self._hvd.size()) != (rank, info.world_size):
+            got = (self._hvd.rank(), self._hvd.size())
+            self.shutdown()
+            raise HorovodRendezvousError(
+                f"Horovod formed rank/size {got}, expected {(rank, info.world_size)}"
+            )
+
+    def shutdown(self) -> None:
+        """Leave the current group (peers still in a collective get an error); idempotent."""
+        if self._formed:
+            try:
+                self._hvd.shutdown()
+            finally:
+                self._formed = False
+                self._restore_env()
+
+    def allreduce_mean_(self, tensors: list[Any]) -> None:
+        """Average ``tensors`` in place across the group (Horovod fuses them into one buffer).
+
+        Every rank must pass the same number of tensors with the same shapes and dtypes.
+        """
+        self._check_usable()
+        staged = [t if t.is_contiguous() else t.contiguous() for t in tensors]
+        self._run(
+            "allreduce",
+            lambda: [
+                self._hvd.allreduce_async_(t, op=self._hvd.Average, name=f"pm.allreduce.{i}")
+                for i, t in enumerate(staged)
+            ],
+        )
+        for original, result in zip(tensors, staged, strict=True):
+            if original is not result:
+                original.copy_(result)
+
+    def broadcast_object(self, obj: Any, src: int) -> Any:
+        """Return ``obj`` from rank ``src`` on every rank (pickled; the group is the job's own)."""
+        self._check_usable()
+        if not 0 <= src < self._world_size:
+            raise ValueError(f"src {src} is outside world size {self._world_size}")
+        if self._rank == src:
+            buffer = io.BytesIO()
+            pickle.dump(obj, buffer, protocol=pickle.HIGHEST_PROTOCOL)
+            data = torch.frombuffer(bytearray(buffer.getvalue()), dtype=torch.uint8)
+            length = torch.tensor([data.numel()], dtype=torch.int64)
+        else:
+            length = torch.zeros(1, dtype=torch.int64)
+        self._run(
+            "broadcast",
+            lambda: [self._hvd.broadcast_async_(length, root_rank=src, name="pm.bcast.length")],
+        )
+        if self._rank != src:
+            data = torch.empty(int(length.item()), dtype=torch.uint8)
+        self._run(
+            "broadcast",
+            lambda: [self._hvd.broadcast_async_(data, root_rank=src, name="pm.bcast.data")],
+        )
+        if self._rank == src:
+            return obj
+        return pickle.loads(data.numpy().tobytes())  # noqa: S301 (bytes from the job's own group)
+
+    def barrier(self) -> None:
+        """Wait for every rank of the group (an allreduce of one number, with the watchdog)."""
+        self._check_usable()
+        token = torch.zeros(1)
+        self._run(
+            "barrier",
+            lambda: [self._hvd.allreduce_async_(token, op=self._hvd.Sum, name="pm.barrier")],
+        )
+
+    # ------------------------------------------------------------------ helpers
+
+    def _check_usable(self) -> None:
+        if not self._formed:
+            raise HorovodCollectiveError(
+                f"no Horovod group is formed{f' ({self._broken})' if self._broken else ''}; "
+                "call init() for a new epoch"
+            )
+
+    def _run(self, what: str, submit: Callable[[], list[int]]) -> None:
+        """Submit collectives, wait for them until the watchdog deadline; on failure, leave."""
+        deadline = time.monotonic() + self._timeout_s
+        pause = 0.0001
+        try:
+            for handle in submit():
+                while not self._hvd.poll(handle):
+                    if time.monotonic() > deadline:
+                        raise HorovodCollectiveError(
+                            f"{what} in epoch {self._epoch} did not complete within "
+                            f"{self._timeout_s:g} s: a peer stopped taking part"
+                        )
+                    time.sleep(pause)
+                    pause = min(pause * 2, _POLL_MAX_S)
+                self._hvd.synchronize(handle)
+        except HorovodCollectiveError as exc:
+            self._fail(str(exc))
+            raise
+        except RuntimeError as exc:  # HorovodInternalError: a peer died or gloo timed out
+            message = f"{what} in epoch {self._epoch} failed: {str(exc).splitlines()[0]}"
+            self._fail(message)
+            raise HorovodCollectiveError(message) from exc
+
+    def _fail(self, reason: str) -> None:
+        # Shutting down at once tells live peers (their pending collectives fail) instead of
+        # leaving them to wait for their own watchdog.
+        self._broken = reason
+        with contextlib.suppress(Exception):
+            self.shutdown()
+
+    def _pre_barrier(self, rank: int, info: RendezvousInfo, deadline: float) -> None:
+        base = f"http://{_url_host(info.host)}:{info.port}/{_SCOPE}"
+        _http(f"{base}/{rank}", deadline, method="PUT", body=str(info.epoch).encode())
+        pause = 0.005
+        while True:
+            status = json.loads(_http(f"{base}/status", deadline))
+            if status["epoch"] != info.epoch:
+                raise HorovodRendezvousError(
+                    f"rendezvous at {info.host}:{info.port} serves epoch {status['epoch']}, "
+                    f"not {info.epoch}"
+                )
+            # Arrivals only grow, so once one rank sees everyone every rank will: all of them
+            # go on to hvd.init() together. Refusing after that point (say, because a newer
+            # epoch was prepared meanwhile) would leave peers in hvd.init(), which aborts.
+            if len(status["arrived"]) >= info.world_size:
+                return
+            if status["superseded"]:
+                raise HorovodRendezvousError(
+                    f"epoch {info.epoch} was superseded by a newer membership before it formed"
+                )
+            if time.monotonic() > deadline:
+                missing = sorted(set(range(info.world_size)) - set(status["arrived"]))
+                raise HorovodRendezvousError(
+                    f"epoch {info.epoch}: ranks {missing} of {info.world_size} did not arrive "
+                    f"at {info.host}:{info.port} in time"
+                )
+            time.sleep(pause)
+            pause = min(pause * 2, 0.05)
+
+    def _set_env(self, rank: int, info: RendezvousInfo, timeout_s: float) -> None:
+        iface = self._iface or _iface_towards(info.host, info.port)
+        env = {
+            "HOROVOD_GLOO_RENDEZVOUS_ADDR": info.host,
+            "HOROVOD_GLOO_RENDEZVOUS_PORT": str(info.port),
+            "HOROVOD_CONTROLLER": "gloo",
+            "HOROVOD_CPU_OPERATIONS": "gloo",
+            "HOROVOD_RANK": str(rank),
+            "HOROVOD_SIZE": str(info.world_size),
+            "HOROVOD_LOCAL_RANK": "0",
+            "HOROVOD_LOCAL_SIZE": "1",
+            "HOROVOD_CROSS_RANK": str(rank),
+            "HOROVOD_CROSS_SIZE": str(info.world_size),
+            "HOROVOD_HOSTNAME": _slot_hostname(rank),
+            # Bounds gloo's waits: forming the mesh and any single transfer to a hung peer.
+            "HOROVOD_GLOO_TIMEOUT_SECONDS": str(max(1, math.ceil(timeout_s))),
+        }
+        if iface:
+            env["HOROVOD_GLOO_IFACE"] = iface
+        for key, value in env.items():
+            self._saved_env.setdefault(key, os.environ.get(key))
+            os.environ[key] = value
+
+    def _restore_env(self) -> None:
+        for key, value in self._saved_env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        self._saved_env.clear()
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+def _http(url: str, deadline: float, method: str = "GET", body: bytes | None = None) -> bytes:
+    """One request to the controller, retried until ``deadline`` while it is unreachable."""
+    while True:
+        request = urllib.request.Request(url, data=body, method=method)  # noqa: S310 (http only)
+        try:
+            with urllib.request.urlopen(request, timeout=5) as response:  # noqa: S310
+                return response.read()
+        except (urllib.error.URLError, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            if isinstance(reason, ConnectionRefusedError):
+                # The server is started before its address is handed out, so a refusal means
+                # it was stopped: the epoch was superseded or the controller closed.
+                raise HorovodRendezvousError(
+                    f"the rendezvous server at {url} is gone (epoch superseded or controller "
+                    f"closed): {reason}"
+                ) from exc
+            if time.monotonic() > deadline:
+                raise HorovodRendezvousError(
+                    f"cannot reach the rendezvous server at {url}: {exc}"
+                ) from exc
+            time.sleep(0.05)
+
+
+def _iface_towards(host: str, port: int) -> str | None:
+    """The network interface this machine uses to reach ``host`` (``None`` if unknown)."""
+    try:
+        import psutil
+
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        with socket.socket(family, socket.SOCK_DGRAM) as probe:
+            probe.connect((host, port))  # UDP connect sends nothing; it only picks a route
+            local_ip = probe.getsockname()[0]
+        for name, addresses in psutil.net_if_addrs().items():
+            if any(address.address.split("%")[0] == local_ip for address in addresses):
+                return name
+    except (OSError, ImportError):
+        pass
+    return "lo" if host.startswith("127.") or host in ("localhost", "::1") else None

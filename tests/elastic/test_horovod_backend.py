@@ -1,0 +1,330 @@
+"""Horovod backend with real rank processes: epochs of 2, 3, 1 ranks, newcomers, dead peers.
+
+Each rank is a spawned process that keeps one :class:`HorovodBackend` for its whole life and
+obeys commands from the test, so re-initialising Horovod in the same process is exercised.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import queue
+import signal
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+try:
+    import horovod.torch  # noqa: F401
+
+    HOROVOD_MISSING: str | None = None
+except ImportError as exc:
+    HOROVOD_MISSING = str(exc)
+
+pytestmark = pytest.mark.horovod
+
+REPLY_S = 60.0  # generous bound for a reply on a loaded 2-core machine; not a timing assertion
+TIMEOUT_S = 5.0  # the backend's own timeout, passed to init()
+
+
+@pytest.fixture(autouse=True)
+def _require_horovod() -> None:
+    if HOROVOD_MISSING is not None:
+        pytest.fail(
+            f"Horovod is not importable ({HOROVOD_MISSING}); run scripts/build-horovod "
+            "(CI builds it)",
+            pytrace=False,
+        )
+
+
+# The body of one rank process. It runs through `exec` in a spawned interpreter, because a
+# function of this test module could not be imported there (tests/ is not a package).
+RANK_PROCESS = """
+import os
+
+os.environ["OMP_NUM_THREADS"] = "1"
+import torch
+
+from parsl_malleable.elastic.horovod_backend import HorovodBackend
+
+torch.set_num_threads(1)
+backend = HorovodBackend()
+outbox.put(("ready", os.getpid()))
+while True:
+    command, *args = inbox.get()
+    try:
+        if command == "exit":
+            backend.shutdown()
+            break
+        if command == "init":
+            rank, info, timeout_s = args
+            backend.init(rank, info, timeout_s)
+            result = (backend.rank, backend.world_size)
+        elif command == "allreduce":
+            # One contiguous and one non-contiguous tensor, both derived from `value`.
+            (value,) = args
+            flat = torch.full((5,), float(value))
+            strided = (torch.arange(6.0).reshape(2, 3) * value).t()
+            backend.allreduce_mean_([flat, strided])
+            result = (flat.tolist(), strided.tolist())
+        elif command == "broadcast":
+            obj, src = args
+            received = backend.broadcast_object(obj, src)
+            result = {k: v.tolist() if torch.is_tensor(v) else v for k, v in received.items()}
+        elif command == "barrier":
+            backend.barrier()
+            result = None
+        elif command == "allreduce_until_error":
+            count = 0
+            outbox.put(("started", count))
+            while True:
+                backend.allreduce_mean_([torch.ones(1000)])
+                count += 1
+        elif command == "shutdown":
+            backend.shutdown()
+            result = None
+        else:
+            raise ValueError(command)
+        outbox.put(("ok", result))
+    except Exception as exc:
+        outbox.put(("error", type(exc).__name__, str(exc)))
+"""
+
+
+class Rank:
+    """Handle on one rank process."""
+
+    def __init__(self, ctx: Any) -> None:
+        self.inbox = ctx.Queue()
+        self.outbox = ctx.Queue()
+        self.process = ctx.Process(
+            target=exec, args=(RANK_PROCESS, {"inbox": self.inbox, "outbox": self.outbox})
+        )
+        self.process.start()
+        self.pid: int | None = None
+
+    def wait_ready(self) -> None:
+        kind, self.pid = self.reply()
+        assert kind == "ready"
+
+    def send(self, *command: Any) -> None:
+        self.inbox.put(command)
+
+    def reply(self, timeout: float = REPLY_S) -> tuple:
+        try:
+            return self.outbox.get(timeout=timeout)
+        except queue.Empty:
+            pytest.fail(f"rank process {self.pid} gave no reply within {timeout} s (hung?)")
+
+    def call(self, *command: Any) -> Any:
+        self.send(*command)
+        answer = self.reply()
+        assert answer[0] == "ok", answer
+        return answer[1]
+
+    def alive(self) -> bool:
+        return self.process.is_alive()
+
+
+class Pool:
+    """Rank processes shared by the tests of this module; dead ones are replaced on demand."""
+
+    def __init__(self) -> None:
+        self.ctx = mp.get_context("spawn")
+        self.ranks: list[Rank] = []
+
+    def get(self, n: int) -> list[Rank]:
+        self.ranks = [rank for rank in self.ranks if rank.alive()]
+        fresh = [Rank(self.ctx) for _ in range(n - len(self.ranks))]
+        for rank in fresh:
+            rank.wait_ready()
+        self.ranks.extend(fresh)
+        return self.ranks[:n]
+
+    def reset(self) -> None:
+        """Leave every group, so the next test starts from formed-nothing."""
+        for rank in self.ranks:
+            if rank.alive():
+                rank.send("shutdown")
+        for rank in self.ranks:
+            if rank.alive():
+                rank.reply()
+
+    def close(self) -> None:
+        for rank in self.ranks:
+            if rank.alive():
+                rank.send("exit")
+        for rank in self.ranks:
+            rank.process.join(timeout=10)
+            if rank.alive():
+                rank.process.kill()
+                rank.process.join()
+
+
+@pytest.fixture(scope="module")
+def pool() -> Iterator[Pool]:
+    if HOROVOD_MISSING is not None:
+        yield Pool()  # the autouse fixture fails each test with the build hint
+        return
+    ranks = Pool()
+    try:
+        yield ranks
+    finally:
+        ranks.close()
+
+
+@pytest.fixture
+def host(pool: Pool) -> Iterator[Any]:
+    from parsl_malleable.elastic.horovod_backend import HorovodRendezvousHost
+
+    rendezvous = HorovodRendezvousHost("127.0.0.1")
+    rendezvous.start()
+    try:
+        yield rendezvous
+    finally:
+        pool.reset()
+        rendezvous.close()
+
+
+def _form(host: Any, epoch: int, members: list[Rank]) -> None:
+    info = host.prepare_epoch(epoch, len(members))
+    for rank, member in enumerate(members):
+        member.send("init", rank, info, TIMEOUT_S)
+    for rank, member in enumerate(members):
+        assert member.reply() == ("ok", (rank, len(members)))
+
+
+def _allreduce(members: list[Rank], values: list[float]) -> list[tuple]:
+    for member, value in zip(members, values, strict=True):
+        member.send("allreduce", value)
+    answers = [member.reply() for member in members]
+    assert all(answer[0] == "ok" for answer in answers), answers
+    return [answer[1] for answer in answers]
+
+
+def _expected(mean: float) -> tuple[list[float], list[list[float]]]:
+    flat = [mean] * 5
+    strided = [[r * 3 * mean + c * mean for r in range(2)] for c in range(3)]
+    return flat, strided
+
+
+def test_groups_of_2_then_3_then_1_in_the_same_processes(pool: Pool, host: Any) -> None:
+    a, b, c = pool.get(3)
+    pids = [a.pid, b.pid, c.pid]
+
+    _form(host, 0, [a, b])
+    for result in _allreduce([a, b], [1.0, 4.0]):
+        assert result == _expected(2.5)
+
+    # c is a newcomer: it receives the state from a survivor (rank 1 here, not only rank 0).
+    _form(host, 1, [a, b, c])
+    state = {"step": 17, "weights": [0.5, -1.0]}
+    for member, obj in zip([a, b, c], [None, state, None], strict=True):
+        member.send("broadcast", obj, 1)
+    for member in (a, b, c):
+        assert member.reply() == ("ok", state)
+    for result in _allreduce([a, b, c], [1.0, 2.0, 6.0]):
+        assert result == _expected(3.0)
+
+    # Shrink to one rank: b goes on alone as rank 0, a and c leave the group.
+    a.call("shutdown")
+    c.call("shutdown")
+    _form(host, 2, [b])
+    assert _allreduce([b], [7.0]) == [_expected(7.0)]
+    b.call("barrier")
+
+    # Grow back to 2 with the roles swapped, all still the same processes.
+    _form(host, 3, [c, a])
+    for result in _allreduce([c, a], [0.0, 10.0]):
+        assert result == _expected(5.0)
+    assert [a.pid, b.pid, c.pid] == pids and all(r.alive() for r in (a, b, c))
+
+
+def test_broadcast_object_sends_tensors_to_newcomer(pool: Pool, host: Any) -> None:
+    import torch
+
+    a, b = pool.get(2)
+    _form(host, 0, [a, b])
+    state = {"model.weight": torch.arange(12.0).reshape(3, 4), "epoch": 3}
+    a.send("broadcast", state, 0)
+    b.send("broadcast", None, 0)
+    expected = {"model.weight": state["model.weight"].tolist(), "epoch": 3}
+    assert a.reply() == ("ok", expected)
+    assert b.reply() == ("ok", expected)
+
+
+def test_killed_peer_makes_survivors_raise_then_regroup(pool: Pool, host: Any) -> None:
+    a, b, c = pool.get(3)
+    _form(host, 0, [a, b, c])
+    for member in (a, b, c):
+        member.send("allreduce_until_error")
+    for member in (a, b, c):
+        assert member.reply()[0] == "started"
+    time.sleep(0.5)  # let them get well into the loop of collectives
+    os.kill(c.pid, signal.SIGKILL)
+    c.process.join(timeout=10)
+    for member in (a, b):
+        kind, error_type, message = member.reply(timeout=TIMEOUT_S + REPLY_S)
+        assert (kind, error_type) == ("error", "HorovodCollectiveError"), message
+        assert "epoch 0" in message
+    # The survivors re-form without the dead rank, in the same processes.
+    _form(host, 1, [a, b])
+    for result in _allreduce([a, b], [2.0, 3.0]):
+        assert result == _expected(2.5)
+
+
+def test_peer_that_never_arrives_raises_instead_of_aborting(pool: Pool, host: Any) -> None:
+    (a,) = pool.get(1)
+    info = host.prepare_epoch(0, 2)
+    a.send("init", 0, info, 2.0)
+    kind, error_type, message = a.reply()
+    assert (kind, error_type) == ("error", "HorovodRendezvousError")
+    assert "ranks [1] of 2 did not arrive" in message
+    assert host.arrived(0) == [0]
+    assert a.alive()
+    _form(host, 1, [a])  # the process is still usable
+    assert _allreduce([a], [3.0]) == [_expected(3.0)]
+
+
+def test_superseded_epoch_gives_up_at_once(pool: Pool, host: Any) -> None:
+    (a,) = pool.get(1)
+    info = host.prepare_epoch(0, 3)
+    a.send("init", 0, info, 60.0)
+    while host.arrived(0) != [0]:
+        time.sleep(0.01)
+    host.prepare_epoch(1, 1)
+    # Bounded by REPLY_S, well below the 60 s init timeout: only supersession ends this wait.
+    kind, error_type, message = a.reply(timeout=30)
+    assert (kind, error_type) == ("error", "HorovodRendezvousError")
+    assert "superseded" in message
+
+
+def test_peer_that_stops_taking_part_trips_the_watchdog(pool: Pool, host: Any) -> None:
+    a, b = pool.get(2)
+    _form(host, 0, [a, b])
+    a.send("allreduce", 1.0)  # b never joins this collective
+    kind, error_type, message = a.reply(timeout=TIMEOUT_S + REPLY_S)
+    assert (kind, error_type) == ("error", "HorovodCollectiveError")
+    assert "did not complete within" in message
+    # a left the group when its watchdog fired, so b's next collective fails rather than hangs.
+    b.send("allreduce", 1.0)
+    kind, error_type, _ = b.reply(timeout=TIMEOUT_S + REPLY_S)
+    assert (kind, error_type) == ("error", "HorovodCollectiveError")
+    a.send("barrier")
+    kind, error_type, message = a.reply()
+    assert (kind, error_type) == ("error", "HorovodCollectiveError")
+    assert "call init()" in message
+
+
+def test_rendezvous_host_rejects_bad_epochs() -> None:
+    from parsl_malleable.elastic.horovod_backend import HorovodRendezvousHost
+
+    with HorovodRendezvousHost() as rendezvous:
+        info = rendezvous.prepare_epoch(3, 2)
+        assert (info.backend, info.epoch, info.world_size) == ("horovod", 3, 2)
+        with pytest.raises(ValueError, match="epoch 3 is not newer"):
+            rendezvous.prepare_epoch(3, 2)
+        with pytest.raises(ValueError, match="world_size"):
+            rendezvous.prepare_epoch(4, 0)
