@@ -161,4 +161,5 @@ def allocate(
         solve_s=solve_s,
         message=message,
         node_window=dict(classes.remaining),
+        expired=tuple(n for nodes in classes.gone.values() for n in nodes),
     )

@@ -30,6 +30,7 @@ class Allocation:
     solve_s: float = 0.0
     message: str = ""
     node_window: dict[str, float] = field(default_factory=dict)
+    expired: tuple[str, ...] = ()
 
     @property
     def total_nodes(self) -> int:

@@ -56,7 +56,7 @@ def solve_problem(
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
             problem.solve(solver)
-    except pulp.PulpSolverError as exc:
+    except (pulp.PulpSolverError, OSError) as exc:
         return SolveOutcome("failed", False, time.perf_counter() - start, str(exc))
     seconds = time.perf_counter() - start
     if problem.sol_status == pulp.LpSolutionOptimal:

@@ -41,10 +41,11 @@ def assert_valid(
         ids = alloc.node_ids[job.name]
         assert alloc.nodes[job.name] == len(ids)
         assert len(ids) == 0 or job.min_nodes <= len(ids) <= job.max_nodes, job.name
-        current = set(job.current_nodes)
+        current = set(job.current_nodes) - set(alloc.expired)
         assert current <= set(ids) or set(ids) <= current, f"{job.name} migrated"
         assert set(alloc.added[job.name]) == set(ids) - current
-        assert set(alloc.released[job.name]) == current - set(ids)
+        lost = set(job.current_nodes) & set(alloc.expired)
+        assert set(alloc.released[job.name]) == (current - set(ids)) | lost
         assert not seen & set(ids), "a node is given to two jobs"
         seen |= set(ids)
     assert seen <= known
