@@ -1,0 +1,116 @@
+"""Curves, horizon classes and workload files: values and clear errors on bad input."""
+
+from __future__ import annotations
+
+import pytest
+
+from parsl_malleable.allocate import (
+    AllocationInputError,
+    NodeWindow,
+    ScalingCurve,
+    TrainingJob,
+    allocate,
+    load_workload,
+)
+from parsl_malleable.allocate.horizon import classify
+from parsl_malleable.allocate.piecewise import concave_envelope
+from parsl_malleable.errors import TraceFormatError
+
+from .helpers import linear_job, table_job
+
+
+def test_curve_interpolates_and_stays_flat():
+    curve = ScalingCurve((1, 2, 4), (10.0, 18.0, 30.0))
+    assert curve(0) == 0.0
+    assert curve(0.5) == pytest.approx(5.0)
+    assert curve(3) == pytest.approx(24.0)
+    assert curve(100) == 30.0
+    assert curve.breakpoints(2, 3) == [(2, 18.0), (3, 24.0)]
+
+
+@pytest.mark.parametrize(
+    ("nodes", "rates", "match"),
+    [
+        ((2, 1), (1.0, 2.0), "increasing"),
+        ((1, 2), (1.0,), "throughputs"),
+        ((0, 1), (5.0, 6.0), "at 0 nodes"),
+        ((1,), (float("nan"),), "finite"),
+    ],
+)
+def test_bad_curves_are_named(nodes, rates, match):
+    with pytest.raises(AllocationInputError, match=match):
+        ScalingCurve(nodes, rates)
+
+
+def test_concave_envelope_covers_superlinear_points():
+    job = table_job("j", {1: 10.0, 2: 15.0, 4: 40.0})
+    hull = concave_envelope(job)
+    assert hull == [(0, 0.0), (4, 40.0)]
+
+
+def test_bad_jobs_and_calls_are_named():
+    curve = ScalingCurve((1,), (1.0,))
+    with pytest.raises(AllocationInputError, match="min_nodes"):
+        TrainingJob("j", 3, 2, curve, 0, 0)
+    with pytest.raises(AllocationInputError, match="scale_up_cost"):
+        TrainingJob("j", 1, 2, curve, -1, 0)
+    with pytest.raises(AllocationInputError, match="outside"):
+        TrainingJob("j", 2, 3, curve, 0, 0, current_nodes=("a",))
+    job = linear_job("j", 1.0, current=("a",))
+    with pytest.raises(AllocationInputError, match="free but also held"):
+        allocate([job], ["a"])
+    with pytest.raises(AllocationInputError, match="objective 'fast'"):
+        allocate([job], ["b"], objective="fast")
+    with pytest.raises(AllocationInputError, match="solver 'gurobi'"):
+        allocate([job], ["b"], solver="gurobi")
+    with pytest.raises(AllocationInputError, match="remaining_s"):
+        NodeWindow(("a",), -5)
+
+
+def test_classes_are_conservative_and_nested():
+    jobs = [linear_job("j", 1.0, current=("h0", "h1"))]
+    windows = [
+        NodeWindow(("f0", "h0"), 100.0),
+        NodeWindow(("f1",), 150.0),
+        NodeWindow(("f2", "h1"), 900.0),
+        NodeWindow(("f3",), 0.0),
+    ]
+    classes = classify(
+        jobs,
+        ["f0", "f1", "f2", "f3", "f4"],
+        windows,
+        default_window_s=5000.0,
+        max_horizon_s=2000.0,
+        max_classes=2,
+    )
+    # Two classes by node count: {100, 100, 150} then {900, 900, 2000}; each ends at its
+    # shortest member, so no node is planned beyond its window.
+    assert classes.ends == (100.0, 900.0)
+    assert classes.lengths == (100.0, 800.0)
+    assert set(classes.free[0]) == {"f0", "f1"} and set(classes.free[1]) == {"f2", "f4"}
+    assert classes.held["j"] == (("h0",), ("h1",))
+    assert "f3" not in classes.remaining  # window already over
+    assert classes.capacity(0) == 3
+
+
+def test_workload_loads_shared_csvs(bftrainer_dir):
+    jobs = load_workload(bftrainer_dir, "imagenet-imgps-1001J", limit=7)
+    assert len(jobs) == 7
+    alexnet = jobs[0]
+    assert alexnet.name == "J00000-AlexNet" and (alexnet.min_nodes, alexnet.max_nodes) == (1, 64)
+    assert alexnet.curve(64) == pytest.approx(202135.4)
+    assert 17 <= alexnet.scale_up_cost <= 19
+
+
+def test_workload_errors_name_file_and_line(tmp_path):
+    (tmp_path / "w-scaling.csv").write_text("job,nodes,throughput\nA,1,10\nA,2,abc\n")
+    (tmp_path / "w-jobs.csv").write_text("job,Tcup,Tcdw,Jmin,Jmax\nA,1,1,1,2\n")
+    with pytest.raises(TraceFormatError, match=r"w-scaling.csv:3: bad number"):
+        load_workload(tmp_path, "w")
+    (tmp_path / "w-scaling.csv").write_text("job,nodes,throughput\nA,1,10\n")
+    (tmp_path / "w-jobs.csv").write_text("job,Tcup,Tcdw,Jmin\nA,1,1,1\n")
+    with pytest.raises(TraceFormatError, match=r"w-jobs.csv:1: missing column\(s\) Jmax"):
+        load_workload(tmp_path, "w")
+    (tmp_path / "w-jobs.csv").write_text("job,Tcup,Tcdw,Jmin,Jmax\nA,1,1,1,2\nB,1,1,1,2\n")
+    with pytest.raises(TraceFormatError, match=r"w-jobs.csv:3: job B has no scaling curve"):
+        load_workload(tmp_path, "w")
