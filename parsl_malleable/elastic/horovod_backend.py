@@ -427,7 +427,7 @@ class HorovodBackend:
                     f"at {info.host}:{info.port} in time"
                 )
             time.sleep(pause)
-            pause = min(pause * 2, 0.05)
+            pause = min(pause * 2, 0.02)
 
     def _set_env(self, rank: int, info: RendezvousInfo, timeout_s: float) -> None:
         iface = self._iface or _iface_towards(info.host, info.port)
