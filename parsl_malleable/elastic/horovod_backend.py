@@ -59,6 +59,10 @@ log = logging.getLogger(__name__)
 BUILD_HINT = "Horovod is not installed; build it with scripts/build-horovod"
 _SCOPE = "parsl_malleable"  # our keys on Horovod's server, beside its global/local/cross scopes
 _POLL_MAX_S = 0.002  # longest sleep between polls of an async collective
+# dtypes Horovod's torch binding reduces (bfloat16, bool and complex it refuses).
+_HOROVOD_DTYPES = frozenset(
+    {torch.uint8, torch.int8, torch.int32, torch.int64, torch.float16, torch.float32, torch.float64}
+)
 
 
 class HorovodBackendError(MalleableError, RuntimeError):
@@ -300,13 +304,16 @@ class HorovodBackend:
             )
 
     def shutdown(self) -> None:
-        """Leave the current group (peers still in a collective get an error); idempotent."""
-        if self._formed:
-            try:
-                self._hvd.shutdown()
-            finally:
-                self._formed = False
-                self._restore_env()
+        """Leave the current group (peers still in a collective get an error); idempotent.
+
+        Also shuts down a group some earlier backend object in this process left formed (a rank
+        task that died without cleaning up): ``hvd.init()`` would otherwise silently keep it.
+        """
+        try:
+            self._hvd.shutdown()  # a no-op when Horovod is not running
+        finally:
+            self._formed = False
+            self._restore_env()
 
     def allreduce_mean_(self, tensors: list[Any]) -> None:
         """Average ``tensors`` in place across the group (Horovod fuses them into one buffer).
@@ -314,7 +321,7 @@ class HorovodBackend:
         Every rank must pass the same number of tensors with the same shapes and dtypes.
         """
         self._check_usable()
-        staged = [t if t.is_contiguous() else t.contiguous() for t in tensors]
+        staged = [_stageable(t) for t in tensors]
         self._run(
             "allreduce",
             lambda: [
@@ -459,6 +466,19 @@ class HorovodBackend:
             else:
                 os.environ[key] = value
         self._saved_env.clear()
+
+
+def _stageable(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor`` itself if Horovod can reduce it in place, else a copy it can reduce.
+
+    Refusing a tensor half-way through a list would leave the earlier ones in flight on this rank
+    only, so every tensor is made acceptable before the first one is submitted.
+    """
+    if tensor.dtype not in _HOROVOD_DTYPES:
+        if not tensor.is_floating_point():
+            raise TypeError(f"cannot average a {tensor.dtype} tensor with Horovod")
+        return tensor.to(torch.float32, memory_format=torch.contiguous_format)
+    return tensor if tensor.is_contiguous() else tensor.contiguous()
 
 
 def _url_host(host: str) -> str:

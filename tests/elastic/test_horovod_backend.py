@@ -63,12 +63,13 @@ while True:
             backend.init(rank, info, timeout_s)
             result = (backend.rank, backend.world_size)
         elif command == "allreduce":
-            # One contiguous and one non-contiguous tensor, both derived from `value`.
+            # Contiguous, non-contiguous, and a dtype Horovod refuses, all derived from `value`.
             (value,) = args
             flat = torch.full((5,), float(value))
             strided = (torch.arange(6.0).reshape(2, 3) * value).t()
-            backend.allreduce_mean_([flat, strided])
-            result = (flat.tolist(), strided.tolist())
+            brain = torch.full((3,), float(value), dtype=torch.bfloat16)
+            backend.allreduce_mean_([flat, strided, brain])
+            result = (flat.tolist(), strided.tolist(), brain.tolist())
         elif command == "broadcast":
             obj, src = args
             received = backend.broadcast_object(obj, src)
@@ -84,6 +85,10 @@ while True:
                 count += 1
         elif command == "shutdown":
             backend.shutdown()
+            result = None
+        elif command == "abandon":
+            # A rank task that ended without shutdown(); the next one gets a new backend object.
+            backend = HorovodBackend()
             result = None
         else:
             raise ValueError(command)
@@ -204,10 +209,10 @@ def _allreduce(members: list[Rank], values: list[float]) -> list[tuple]:
     return [answer[1] for answer in answers]
 
 
-def _expected(mean: float) -> tuple[list[float], list[list[float]]]:
+def _expected(mean: float) -> tuple[list[float], list[list[float]], list[float]]:
     flat = [mean] * 5
     strided = [[r * 3 * mean + c * mean for r in range(2)] for c in range(3)]
-    return flat, strided
+    return flat, strided, [mean] * 3
 
 
 def test_groups_of_2_then_3_then_1_in_the_same_processes(pool: Pool, host: Any) -> None:
@@ -239,6 +244,14 @@ def test_groups_of_2_then_3_then_1_in_the_same_processes(pool: Pool, host: Any) 
     _form(host, 3, [c, a])
     for result in _allreduce([c, a], [0.0, 10.0]):
         assert result == _expected(5.0)
+
+    # New backend objects in processes whose group was never shut down: the stale group must
+    # not be reused (c and a swap ranks, which the stale group would contradict).
+    a.call("abandon")
+    c.call("abandon")
+    _form(host, 4, [a, c])
+    for result in _allreduce([a, c], [1.0, 2.0]):
+        assert result == _expected(1.5)
     assert [a.pid, b.pid, c.pid] == pids and all(r.alive() for r in (a, b, c))
 
 
