@@ -17,7 +17,9 @@ anything but tensors and plain Python values: a checkpoint file cannot run code.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
+import io
 import json
 import logging
 import os
@@ -43,7 +45,6 @@ log = logging.getLogger(__name__)
 FORMAT = "parsl-malleable-checkpoint/1"
 _NAME = re.compile(r"^ckpt-(\d{12})\.(pt|json)$")
 _TMP_PREFIX = ".tmp-"
-_HASH_CHUNK = 1 << 20
 
 # Exactly what ``torch.load(weights_only=True)`` accepts without extra safe globals. Checking at
 # save time turns "cannot resume" (found days later) into an error at the line that saved it.
@@ -243,20 +244,26 @@ class CheckpointStore:
                 f"{info.fingerprint}, the model being trained has {fingerprint}. Use another "
                 f"checkpoint_dir, or delete {self.directory} to start over."
             )
-        size = path.stat().st_size
-        if size != info.size:
+        # Read once: the bytes that are hashed are the bytes that are unpickled, even if a
+        # writer replaces the file meanwhile.
+        try:
+            data = path.read_bytes()
+        except OSError as exc:  # pruned by a writer since list(), or unreadable
+            log.warning("skipping checkpoint %s: cannot read: %s", path, exc)
+            return None
+        if len(data) != info.size:
             log.warning(
                 "skipping checkpoint %s: %d bytes on disk, manifest says %s (truncated?)",
                 path,
-                size,
+                len(data),
                 info.size,
             )
             return None
-        if _sha256_file(path) != info.sha256:
+        if hashlib.sha256(data).hexdigest() != info.sha256:
             log.warning("skipping checkpoint %s: sha256 does not match its manifest", path)
             return None
         try:
-            envelope = torch.load(path, map_location=map_location, weights_only=True)
+            envelope = torch.load(io.BytesIO(data), map_location=map_location, weights_only=True)
         except pickle.UnpicklingError as exc:
             if "Weights only load failed" in str(exc):
                 raise CheckpointError(
@@ -389,18 +396,15 @@ def _manifest_digest(manifest: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
 
 
-def _sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as file:
-        while chunk := file.read(_HASH_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def _fsync_dir(directory: Path) -> None:
+    """Make renames in ``directory`` durable (where the file system supports it)."""
     fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(fd)
+    except OSError as exc:
+        # Some network file systems refuse fsync on a directory; the rename is still atomic.
+        if exc.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EBADF):
+            raise
     finally:
         os.close(fd)
 

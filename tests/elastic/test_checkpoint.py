@@ -219,6 +219,17 @@ def test_damaged_manifest_is_skipped_not_taken_for_another_model(tmp_path: Path,
     assert str(manifest_path) in caplog.text
 
 
+def test_checkpoint_pruned_while_loading_is_skipped(tmp_path: Path, caplog) -> None:
+    store, fingerprint = _store_with_steps(tmp_path, [1, 2])
+    listed = store.list()
+    listed[-1].path.unlink()  # a writer pruned it after this reader listed the directory
+    store.list = lambda: listed  # type: ignore[method-assign]
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        payload, step = store.load_latest(fingerprint)
+    assert (step, payload["marker"].item()) == (1, 1)
+    assert str(listed[-1].path) in caplog.text
+
+
 def test_all_checkpoints_corrupt_loads_nothing(tmp_path: Path) -> None:
     store, fingerprint = _store_with_steps(tmp_path, [1, 2])
     for info in store.list():
