@@ -1,8 +1,11 @@
-"""Piecewise-linear throughput of one job inside a pulp model (SOS2 with binaries).
+"""Piecewise-linear throughput of one job inside a pulp model (incremental formulation).
 
-The count ``n`` is ``0`` (job stopped) or in ``[min_nodes, max_nodes]``: ``lambda_k`` weight the
-breakpoints of ``[min, max]`` and sum to the run indicator ``z``; binaries ``y_k`` pick the one
-interval whose two ends may carry weight. The breakpoint at 0 gets weight ``1 - z``.
+The count ``n`` is ``0`` (job stopped, run indicator ``z = 0``) or in ``[min_nodes, max_nodes]``.
+With breakpoints ``p_0 = min < p_1 < ... < p_K = max`` and rates ``r_k``:
+``n = p_0 z + sum_k d_k (p_{k+1} - p_k)`` and ``rate = r_0 z + sum_k d_k (r_{k+1} - r_k)``,
+where ``d_k`` in [0, 1] fill the intervals in order: binaries ``w_k`` with
+``d_{k+1} <= w_k <= d_k`` (and ``d_0 <= z``). This is exact for any curve shape (not only
+concave ones) and its LP relaxation is tighter than the SOS2 "lambda" form.
 """
 
 from __future__ import annotations
@@ -25,21 +28,24 @@ class PiecewiseRate:
 
 
 def add_piecewise_rate(problem: pulp.LpProblem, job: TrainingJob, tag: str) -> PiecewiseRate:
-    """Add the SOS2 block of ``job`` to ``problem``; variable names start with ``tag``."""
+    """Add the throughput block of ``job`` to ``problem``; variable names start with ``tag``."""
     points = job.curve.breakpoints(job.min_nodes, job.max_nodes)
     run = problem.add_variable(f"z{tag}", cat=pulp.LpBinary)
-    lam = [problem.add_variable(f"l{tag}_{k}", 0, 1) for k in range(len(points))]
-    problem += pulp.LpAffineExpression([(v, 1.0) for v in lam] + [(run, -1.0)]) == 0
-    if len(points) >= 3:
-        pick = [
-            problem.add_variable(f"y{tag}_{k}", cat=pulp.LpBinary) for k in range(len(points) - 1)
-        ]
-        problem += pulp.LpAffineExpression([(v, 1.0) for v in pick] + [(run, -1.0)]) == 0
-        for k, weight in enumerate(lam):
-            near = [pick[i] for i in (k - 1, k) if 0 <= i < len(pick)]
-            problem += pulp.LpAffineExpression([(weight, 1.0)] + [(v, -1.0) for v in near]) <= 0
-    count = pulp.LpAffineExpression([(v, float(n)) for v, (n, _) in zip(lam, points, strict=True)])
-    rate = pulp.LpAffineExpression([(v, r) for v, (_, r) in zip(lam, points, strict=True)])
+    fill = [problem.add_variable(f"d{tag}_{k}", 0, 1) for k in range(len(points) - 1)]
+    if fill:
+        problem += fill[0] - run <= 0
+    for k in range(len(fill) - 1):
+        order = problem.add_variable(f"w{tag}_{k}", cat=pulp.LpBinary)
+        problem += order - fill[k] <= 0
+        problem += fill[k + 1] - order <= 0
+    steps = list(itertools.pairwise(points))
+    count = pulp.LpAffineExpression(
+        [(run, float(points[0][0]))]
+        + [(d, float(b[0] - a[0])) for d, (a, b) in zip(fill, steps, strict=True)]
+    )
+    rate = pulp.LpAffineExpression(
+        [(run, points[0][1])] + [(d, b[1] - a[1]) for d, (a, b) in zip(fill, steps, strict=True)]
+    )
     return PiecewiseRate(run, count, rate)
 
 
