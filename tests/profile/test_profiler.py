@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -96,5 +97,8 @@ def test_allocator_consumes_profiled_curves(bftrainer_dir):
     jobs = [prof.training_job(j.name, min_nodes=1, max_nodes=16) for j in real]
     assert jobs[0].scale_up_cost == pytest.approx(real[0].scale_up_cost)
     alloc = allocate(jobs, [f"n{i}" for i in range(20)], solver="cbc")
-    # AlexNet is about 6x faster per node: it gets all it can use, VGG16 the rest.
+    # AlexNet is about 6x faster per node: it gets all it can use, VGG16 the rest; the same
+    # decision as with the true curves.
     assert alloc.nodes[real[0].name] == 16 and alloc.nodes[real[1].name] == 4
+    truth = [replace(j, max_nodes=16) for j in real]
+    assert allocate(truth, [f"n{i}" for i in range(20)], solver="cbc").nodes == alloc.nodes
