@@ -1,0 +1,77 @@
+"""The batch script of a block: one copy of Parsl's worker command per node, and the deadline.
+
+Parsl gives the provider one shell command (HTEX's ``process_worker_pool.py ...``) meant to run
+once per node. A block has k nodes, decided at submit time, so the script starts the command
+with ``srun --ntasks-per-node=1 --nodes=$SLURM_JOB_NUM_NODES`` (``launcher: srun``) or once
+(``launcher: none``). Parsl's command is written to its own file and run by ``bash``: it is
+a shell command by Parsl's contract, and nothing else is spliced into shell text except quoted
+paths and numbers. The script exports ``PM_BLOCK_DEADLINE`` (Unix seconds) and
+``PM_BLOCK_SIGNAL_FILE`` (created when USR1 arrives before the walltime) for the ranks, and
+keeps waiting for the workers after the signal so they can checkpoint.
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+SCRIPT = """#!/bin/bash
+# parsl-malleable block for Parsl block {block_id} (slot {slot_id}); generated, do not edit.
+{worker_init}
+export PM_BLOCK_ID={block_id_q}
+export PM_BLOCK_WALLTIME_S={walltime}
+export PM_BLOCK_DEADLINE=$(( $(date +%s) + {walltime} ))
+export PM_BLOCK_SIGNAL_FILE={signal_dir_q}/usr1-${{SLURM_JOB_ID:-${{PBS_JOBID:-$$}}}}
+trap ': > "$PM_BLOCK_SIGNAL_FILE"' USR1
+{launch} /bin/bash {command_q} &
+child=$!
+# wait returns early when USR1 arrives: keep waiting until the workers are done.
+while :; do
+    wait "$child"
+    status=$?
+    kill -0 "$child" 2>/dev/null || break
+done
+exit "$status"
+"""
+
+LAUNCHERS = {
+    "srun": 'srun --ntasks-per-node=1 --nodes="$SLURM_JOB_NUM_NODES" --kill-on-bad-exit=0',
+    "none": "",
+}
+
+
+def write_block_files(
+    directory: Path,
+    *,
+    slot_id: str,
+    block_id: str,
+    command: str,
+    walltime_s: float,
+    launcher: str,
+    worker_init: str = "",
+) -> Path:
+    """Write ``<slot>.command`` (Parsl's command) and ``<slot>.sh`` (the batch script) into
+    ``directory`` and return the script's path. The files are reused by every job of the slot."""
+    if launcher not in LAUNCHERS:
+        raise ValueError(f"launcher {launcher!r} is not one of {', '.join(LAUNCHERS)}")
+    directory.mkdir(parents=True, exist_ok=True)
+    command_file = directory / f"{slot_id}.command"
+    command_file.write_text(command.rstrip("\n") + "\n")
+    script = directory / f"{slot_id}-{int(walltime_s)}.sh"
+    script.write_text(
+        SCRIPT.format(
+            block_id=block_id,
+            slot_id=slot_id,
+            block_id_q=shlex.quote(block_id),
+            worker_init=worker_init,
+            walltime=int(walltime_s),
+            signal_dir_q=shlex.quote(str(directory.resolve())),
+            launch=LAUNCHERS[launcher],
+            command_q=shlex.quote(str(command_file.resolve())),
+        )
+    )
+    script.chmod(0o700)
+    return script
+
+
+__all__ = ["LAUNCHERS", "write_block_files"]

@@ -1,0 +1,107 @@
+"""The provider's book of Parsl blocks (slots) and the scheduler jobs that fill them.
+
+A *slot* is one Parsl block: what :meth:`BackfillProvider.submit` returns and Parsl polls. The
+provider fills a slot with a scheduler *job* (a block of k nodes) when a window opens, and with
+the next job when that one ends, so Parsl's block count stays constant while harvested nodes
+come and go. The ledger is plain data; the provider holds its lock while changing it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from parsl.jobs.states import JobState as ParslState
+
+from parsl_malleable.harvest.states import CancelReason
+
+
+class Phase(StrEnum):
+    """Where one scheduler job of ours is."""
+
+    PENDING = "pending"  # submitted, not running yet
+    RUNNING = "running"
+    YIELDING = "yielding"  # ranks asked to leave; cancelled at ``cancel_at``
+    ENDED = "ended"
+
+
+@dataclass
+class JobRecord:
+    """One scheduler job submitted for a slot."""
+
+    job_id: str
+    slot_id: str
+    block_id: str
+    nodes_requested: int
+    walltime_s: float
+    planned_nodes: tuple[str, ...]
+    window_end: float
+    submitted_at: float
+    phase: Phase = Phase.PENDING
+    nodes: tuple[str, ...] = ()
+    start: float | None = None
+    deadline: float | None = None
+    cancel_reason: CancelReason | None = None
+    cancel_at: float | None = None
+    end_state: ParslState | None = None
+    message: str = ""
+    ended_at: float | None = None
+
+    @property
+    def active(self) -> bool:
+        """True while the job may still hold or get nodes."""
+        return self.phase is not Phase.ENDED
+
+
+@dataclass
+class Slot:
+    """One Parsl block. ``command`` is Parsl's worker command, rerun in every job of the slot."""
+
+    slot_id: str
+    block_id: str
+    command: str
+    job_name: str
+    created: float
+    job: JobRecord | None = None
+    jobs: list[str] = field(default_factory=list)
+    closed: bool = False
+    final: ParslState | None = None
+    final_message: str = ""
+
+    @property
+    def waiting(self) -> bool:
+        """True when the slot is open and has no job: it wants nodes."""
+        return not self.closed and self.final is None and (self.job is None or not self.job.active)
+
+
+@dataclass(frozen=True)
+class BlockInfo:
+    """What the controller needs to know about one live block.
+
+    ``block_id`` is Parsl's block id (the ``PARSL_WORKER_BLOCK_ID`` its workers see), ``job_id``
+    the scheduler's, ``deadline`` the Unix time its walltime ends (None while pending).
+    """
+
+    block_id: str
+    job_id: str
+    slot_id: str
+    nodes: tuple[str, ...]
+    start: float | None
+    deadline: float | None
+    phase: Phase
+
+    @classmethod
+    def of(cls, job: JobRecord) -> BlockInfo:
+        """The controller's view of ``job``."""
+        return cls(
+            block_id=job.block_id,
+            job_id=job.job_id,
+            slot_id=job.slot_id,
+            nodes=job.nodes or job.planned_nodes,
+            start=job.start,
+            deadline=job.deadline,
+            phase=job.phase,
+        )
+
+
+__all__ = ["BlockInfo", "JobRecord", "Phase", "Slot"]

@@ -1,0 +1,107 @@
+"""Which blocks to submit now: windows of the idle nodes, cut into blocks for a demand.
+
+The windows come from :class:`~parsl_malleable.windows.predict.WindowPredictor` on the
+snapshot with our own *pending* blocks left out (they are ours to withdraw, not jobs the
+scheduler must serve; our *running* blocks stay: they hold their nodes until their limits).
+A node's usable window is the naive one (every job runs to its limit, which is what the
+scheduler itself plans with, so a block inside it can never delay a queued job) shortened to
+the predicted quantile when a learned model is given (a native job that ends early makes us
+yield, and a shorter block avoids that). Blocks are sized by the allocator's
+:func:`~parsl_malleable.allocate.blocks.size_blocks_for_demand`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Collection
+
+import numpy as np
+
+from parsl_malleable.allocate.blocks import size_blocks_for_demand
+from parsl_malleable.allocate.result import BlockRequest
+from parsl_malleable.allocate.spec import NodeWindow
+from parsl_malleable.harvest.profile import SiteProfile
+from parsl_malleable.windows.predict import WindowPredictor
+from parsl_malleable.windows.snapshot import Snapshot
+from parsl_malleable.windows.window import Window, group_windows
+
+
+def without_our_pending(snapshot: Snapshot) -> Snapshot:
+    """``snapshot`` without our own pending blocks."""
+    return dataclasses.replace(snapshot, pending=[j for j in snapshot.pending if not j.ours])
+
+
+def harvest_windows(
+    snapshot: Snapshot,
+    profile: SiteProfile,
+    predictor: WindowPredictor,
+    *,
+    exclude: Collection[str] = (),
+) -> list[Window]:
+    """Windows of the idle nodes of ``profile.partition``, grouped, at most a block long;
+    nodes in ``exclude`` (already promised to a block of ours) are left out."""
+    snap = without_our_pending(snapshot)
+    nw = predictor.node_windows(snap)
+    if not nw.names:
+        return []
+    lengths = nw.naive
+    samples = None
+    if nw.samples.shape[0]:
+        lengths = np.minimum(nw.naive, nw.length(profile.quantile))
+        samples = nw.samples
+    allowed = _partition_nodes(snap, profile.partition)
+    skip = set(exclude)
+    keep = np.array(
+        [(allowed is None or name in allowed) and name not in skip for name in nw.names],
+        dtype=bool,
+    )
+    if not keep.any():
+        return []
+    names = [n for n, k in zip(nw.names, keep, strict=True) if k]
+    cap = profile.max_walltime_s + profile.safety_margin_s
+    lengths = np.minimum(lengths[keep], cap)
+    if samples is not None:
+        samples = np.minimum(samples[:, keep], cap)
+    return group_windows(
+        names,
+        lengths,
+        samples,
+        nw.now,
+        abs_tol=profile.group_tolerance_s,
+        min_length=profile.min_block_s + profile.safety_margin_s,
+    )
+
+
+def plan_blocks(
+    snapshot: Snapshot,
+    demand_nodes: int,
+    profile: SiteProfile,
+    predictor: WindowPredictor,
+    *,
+    windows: list[Window] | None = None,
+) -> list[BlockRequest]:
+    """Blocks (nodes, walltime, node ids) for up to ``demand_nodes`` nodes, longest windows
+    first; blocks smaller than ``profile.min_nodes_per_block`` are dropped."""
+    if demand_nodes <= 0:
+        return []
+    if windows is None:
+        windows = harvest_windows(snapshot, profile, predictor)
+    node_windows = [NodeWindow.ending_at(w.nodes, w.end, snapshot.now) for w in windows]
+    requests = size_blocks_for_demand(
+        demand_nodes,
+        node_windows,
+        min_useful_s=profile.min_block_s,
+        safety_margin_s=profile.safety_margin_s,
+        granularity_s=profile.granularity_s,
+        max_nodes_per_block=profile.max_nodes_per_block,
+    )
+    return [r for r in requests if r.nodes >= profile.min_nodes_per_block]
+
+
+def _partition_nodes(snapshot: Snapshot, partition: str | None) -> set[str] | None:
+    if not partition:
+        return None
+    return {node.name for node in snapshot.nodes if partition in node.partitions}
+
+
+__all__ = ["harvest_windows", "plan_blocks", "without_our_pending"]

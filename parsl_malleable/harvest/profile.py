@@ -1,0 +1,135 @@
+"""Site profiles: the per-machine settings of :class:`~parsl_malleable.provider.BackfillProvider`.
+
+A profile is a small YAML file (``providers/<site>.yaml``) that a site's administrators or
+users write once: where blocks go (partition, QOS, queue), how careful they are (safety and
+signal margins), how often the provider looks (poll interval) and how much it may take (cap on
+harvested nodes, block sizes). Unknown keys and bad values are errors that name the file and
+the key, because a typo in a harvesting profile silently changes what a site lends.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from parsl_malleable.errors import ConfigError
+
+REPO_PROFILES = Path(__file__).resolve().parents[2] / "providers"
+PROFILE_PATH_ENV = "PM_PROVIDER_PROFILES"
+
+
+class SiteProfile(BaseModel):
+    """Settings of one site. Times are seconds; node counts are whole nodes."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = "site"
+    scheduler: Literal["slurm", "pbs"] = "slurm"
+    partition: str | None = Field(None, description="Slurm partition for blocks (backfill tier)")
+    qos: str | None = Field(None, description="Slurm QOS for blocks (e.g. a preemptable one)")
+    queue: str | None = Field(None, description="PBS queue for blocks")
+    account: str | None = Field(None, description="account charged for blocks")
+    poll_interval_s: float = Field(30.0, gt=0, description="seconds between snapshots")
+    safety_margin_s: float = Field(60.0, ge=0, description="block ends this long before its window")
+    signal_margin_s: float = Field(60.0, ge=0, description="USR1 this long before the walltime")
+    yield_grace_s: float = Field(
+        5.0, ge=0, description="drain time before a yielding block is cancelled"
+    )
+    start_timeout_s: float = Field(
+        30.0, gt=0, description="cancel a block still pending after this"
+    )
+    start_tolerance_s: float = Field(10.0, ge=0, description="'starts now' means within this")
+    min_block_s: float = Field(120.0, gt=0, description="shortest walltime worth a block")
+    max_walltime_s: float = Field(4 * 3600.0, gt=0, description="longest block walltime")
+    granularity_s: float = Field(60.0, gt=0, description="the scheduler's walltime unit")
+    max_nodes: int = Field(16, ge=0, description="cap on harvested nodes, all blocks together")
+    max_nodes_per_block: int = Field(4, ge=1)
+    min_nodes_per_block: int = Field(1, ge=1)
+    max_blocks: int = Field(4, ge=1, description="Parsl blocks (slots) the provider keeps")
+    quantile: float = Field(0.1, ge=0, le=1, description="window quantile (learned model only)")
+    group_tolerance_s: float = Field(
+        300.0, ge=0, description="nodes whose windows differ less share a block"
+    )
+    reservations: bool = Field(False, description="read advance reservations (one more query)")
+    test_start: bool = Field(True, description="confirm 'starts now' with sbatch --test-only")
+    pin_nodes: bool = Field(True, description="submit blocks to the planned nodes (--nodelist)")
+    launcher: Literal["srun", "none"] = "srun"
+    max_consecutive_failures: int = Field(
+        3, ge=1, description="failed blocks in a row before giving up"
+    )
+    command_timeout_s: float = Field(30.0, gt=0)
+    command_retries: int = Field(2, ge=0)
+    worker_init: str = Field("", description="shell lines run before the worker command")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> SiteProfile:
+        if self.min_nodes_per_block > self.max_nodes_per_block:
+            raise ValueError(
+                f"min_nodes_per_block ({self.min_nodes_per_block}) > "
+                f"max_nodes_per_block ({self.max_nodes_per_block})"
+            )
+        if self.yield_grace_s >= self.poll_interval_s:
+            raise ValueError(
+                f"yield_grace_s ({self.yield_grace_s:g}) must be shorter than poll_interval_s "
+                f"({self.poll_interval_s:g}): a yield has to finish within one poll"
+            )
+        if self.min_block_s > self.max_walltime_s:
+            raise ValueError(
+                f"min_block_s ({self.min_block_s:g}) > max_walltime_s ({self.max_walltime_s:g})"
+            )
+        return self
+
+    def with_overrides(self, **changes: Any) -> SiteProfile:
+        """A copy with some settings changed, validated like a file."""
+        return profile_from_mapping({**self.model_dump(), **changes}, source="overrides")
+
+
+def profile_from_mapping(data: Any, *, source: str = "<mapping>") -> SiteProfile:
+    """Validate a mapping (a parsed YAML document) into a :class:`SiteProfile`."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: a site profile must be a mapping, got {type(data).__name__}")
+    try:
+        return SiteProfile(**data)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            key = ".".join(str(p) for p in err["loc"]) or "(profile)"
+            problems.append(f"{key}: {err['msg']}")
+        raise ConfigError(f"{source}: " + "; ".join(problems)) from None
+
+
+def find_profile(name: str) -> Path:
+    """The file of profile ``name``: a path, or ``<name>.yaml`` in ``$PM_PROVIDER_PROFILES``
+    (colon-separated folders) or the repository's ``providers/`` folder."""
+    path = Path(name)
+    if path.suffix in (".yaml", ".yml") or path.exists():
+        if not path.is_file():
+            raise ConfigError(f"site profile {name}: no such file")
+        return path
+    folders = [Path(p) for p in os.environ.get(PROFILE_PATH_ENV, "").split(os.pathsep) if p]
+    for folder in [*folders, REPO_PROFILES]:
+        for suffix in (".yaml", ".yml"):
+            candidate = folder / f"{name}{suffix}"
+            if candidate.is_file():
+                return candidate
+    searched = ", ".join(str(f) for f in [*folders, REPO_PROFILES])
+    raise ConfigError(f"site profile {name!r}: no {name}.yaml in {searched}")
+
+
+def load_profile(name_or_path: str | os.PathLike[str]) -> SiteProfile:
+    """Read a site profile by name (``providers/<name>.yaml``) or path."""
+    path = find_profile(os.fspath(name_or_path))
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        raise ConfigError(f"{where}: not valid YAML: {getattr(exc, 'problem', exc)}") from None
+    return profile_from_mapping(data if data is not None else {}, source=str(path))
+
+
+__all__ = ["SiteProfile", "find_profile", "load_profile", "profile_from_mapping"]

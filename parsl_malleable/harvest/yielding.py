@@ -1,0 +1,86 @@
+"""Is one of our running blocks in the way of a queued native job? (the yield decision)
+
+Plan the queue as if our running blocks were not there: their nodes become idle and are put
+last in node order, so the plan takes them only when the other nodes do not suffice (the
+planner places jobs on the lowest free node ids). If that plan starts a native job on a node
+of one of our blocks before the block's deadline, the block delays that job: it has to go. This
+is exactly the case "a running job ended early, so the pending job could start earlier", and it
+also covers a newly queued job that could start at once on our nodes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+
+from parsl_malleable.windows.predict import WindowPredictor
+from parsl_malleable.windows.snapshot import Node, NodeState, Snapshot
+
+# Scheduler plans are whole seconds; a first use this close to the deadline is not a delay.
+DEFAULT_TOLERANCE_S = 1.0
+
+
+def snapshot_without_blocks(snapshot: Snapshot, deadlines: Mapping[str, float]) -> Snapshot:
+    """``snapshot`` with our running jobs in ``deadlines`` (job id -> end) gone and their
+    allocated nodes idle, placed after every other node (blocks ending soonest first)."""
+    ours = [j for j in snapshot.running if j.job_id in deadlines]
+    freed: dict[str, float] = {}
+    for job in ours:
+        for name in job.nodes:
+            freed[name] = deadlines[job.job_id]
+    nodes: list[Node] = []
+    moved: list[Node] = []
+    for node in snapshot.nodes:
+        if node.name in freed and node.state is NodeState.ALLOCATED:
+            moved.append(dataclasses.replace(node, state=NodeState.IDLE))
+        else:
+            nodes.append(node)
+    moved.sort(key=lambda n: freed[n.name])
+    return dataclasses.replace(
+        snapshot,
+        nodes=nodes + moved,
+        running=[j for j in snapshot.running if j.job_id not in deadlines],
+        pending=[j for j in snapshot.pending if not j.ours],
+    )
+
+
+def first_native_use(snapshot: Snapshot, deadlines: Mapping[str, float]) -> dict[str, float]:
+    """Per our running job: when the queue would first use one of its nodes without it."""
+    freed = snapshot_without_blocks(snapshot, deadlines)
+    windows = WindowPredictor(model=None, samples=0).node_windows(freed)
+    use = {
+        name: freed.now + length for name, length in zip(windows.names, windows.naive, strict=True)
+    }
+    idle_now = {n.name for n in freed.nodes if n.state is NodeState.IDLE}
+    out: dict[str, float] = {}
+    for job in snapshot.running:
+        if job.job_id not in deadlines:
+            continue
+        first = math.inf
+        for name in job.nodes:
+            if name in use:
+                first = min(first, use[name])
+            elif name in idle_now:
+                first = freed.now  # not a hole: a queued job takes it at once
+        out[job.job_id] = first
+    return out
+
+
+def blocks_in_the_way(
+    snapshot: Snapshot,
+    deadlines: Mapping[str, float],
+    *,
+    tolerance_s: float = DEFAULT_TOLERANCE_S,
+) -> dict[str, float]:
+    """Our running jobs (of ``deadlines``: job id -> walltime end) that delay a queued native
+    job, with the time that job could use their nodes."""
+    if not deadlines:
+        return {}
+    first = first_native_use(snapshot, deadlines)
+    return {
+        job_id: when for job_id, when in first.items() if when < deadlines[job_id] - tolerance_s
+    }
+
+
+__all__ = ["blocks_in_the_way", "first_native_use", "snapshot_without_blocks"]

@@ -1,0 +1,539 @@
+"""``BackfillProvider``: a Parsl ExecutionProvider that runs blocks in a scheduler's idle holes.
+
+Each poll takes one snapshot of the machine (two scheduler queries on Slurm), brings the book of
+our blocks up to date, yields every block that now stands in the way of a queued native job
+(asks its ranks to leave, then cancels it), and fills waiting Parsl blocks with new scheduler
+jobs of k nodes whose walltime ends a safety margin before the window does, after confirming
+with ``sbatch --test-only`` that they start at once.
+
+Who owns block counts: the provider. A Parsl block is a *slot* that the provider fills with one
+scheduler job after another as windows open and close; Parsl sees it PENDING while it waits and
+RUNNING while it holds nodes. ``init_blocks = min_blocks = max_blocks = slots``, so every Parsl
+strategy ('none', 'simple', 'htex_auto_scale') leaves the count alone after the first scale-out
+and never scales in a block that runs a long rank task. The provider polls in its own thread
+at the profile's interval; Parsl's ``status()`` calls read the book and run no commands. See
+docs/provider.md.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import re
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from parsl.jobs.states import JobState as ParslState
+from parsl.jobs.states import JobStatus as ParslStatus
+from parsl.providers.base import ExecutionProvider
+from parsl.utils import RepresentationMixin
+
+from parsl_malleable.errors import MalleableError
+from parsl_malleable.harvest.demand import DemandContext, DemandFn
+from parsl_malleable.harvest.launch import write_block_files
+from parsl_malleable.harvest.ledger import BlockInfo, JobRecord, Phase, Slot
+from parsl_malleable.harvest.planning import harvest_windows, plan_blocks
+from parsl_malleable.harvest.profile import SiteProfile, load_profile
+from parsl_malleable.harvest.sites import OURS_PREFIX, BlockScheduler, make_scheduler
+from parsl_malleable.harvest.states import CancelReason, end_state, is_failure
+from parsl_malleable.harvest.yielding import blocks_in_the_way
+from parsl_malleable.schedulers.records import JobState
+from parsl_malleable.windows.predict import WindowPredictor
+from parsl_malleable.windows.snapshot import Snapshot
+
+logger = logging.getLogger(__name__)
+
+_BLOCK_IN_NAME = re.compile(r"block-([A-Za-z0-9_.-]+)")
+_SAFE_ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+YieldHook = Callable[[BlockInfo], None]
+
+
+@dataclass
+class PollReport:
+    """What one poll did (for logs, tests and the overhead benchmark)."""
+
+    started: float
+    error: str = ""
+    ended: list[str] = field(default_factory=list)
+    yielded: list[str] = field(default_factory=list)
+    submitted: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    queries: int = 0
+
+
+class BackfillProvider(ExecutionProvider, RepresentationMixin):
+    """Parsl provider that harvests idle nodes without delaying any queued native job.
+
+    ``profile``: a :class:`SiteProfile`, a profile name in ``providers/`` or a YAML path;
+    keyword ``overrides`` change single settings. ``scheduler``: a
+    :class:`~parsl_malleable.harvest.sites.BlockScheduler` (default: from the profile, with
+    ``env`` added to every command). ``demand``: total nodes wanted, decided per poll (default:
+    fill every waiting slot). ``on_yield``: called with a block's :class:`BlockInfo` when it has
+    to leave, before it is cancelled (the controller drains its ranks). ``predictor``: a
+    :class:`WindowPredictor` with a learned model (default: the naive planner). ``recycle``:
+    slots take the next job when one ends (default); with False a slot ends with its job and
+    Parsl sees the job's final state. ``slots``: Parsl blocks (default ``profile.max_blocks``).
+    """
+
+    def __init__(
+        self,
+        profile: SiteProfile | str | Path = "slurm-test",
+        *,
+        label: str = "backfill",
+        scheduler: BlockScheduler | None = None,
+        env: dict[str, str] | None = None,
+        demand: DemandFn | None = None,
+        on_yield: YieldHook | None = None,
+        predictor: WindowPredictor | None = None,
+        recycle: bool = True,
+        slots: int | None = None,
+        script_dir: str | None = None,
+        autostart: bool = True,
+        clock: Callable[[], float] = time.time,
+        **overrides: Any,
+    ) -> None:
+        base = profile if isinstance(profile, SiteProfile) else load_profile(profile)
+        self.profile = base.with_overrides(**overrides) if overrides else base
+        self._label = label
+        self.env = env
+        self.scheduler = scheduler or make_scheduler(self.profile, env)
+        self.demand = demand
+        self.on_yield = on_yield
+        self.predictor = predictor or WindowPredictor(model=None, samples=0)
+        self.recycle = recycle
+        count = slots if slots is not None else self.profile.max_blocks
+        self.slots = count
+        # Equal counts make every Parsl strategy a no-op after the first scale-out.
+        self.init_blocks = self.min_blocks = self.max_blocks = count
+        self.nodes_per_block = self.profile.max_nodes_per_block
+        self.parallelism = 1.0
+        self.script_dir = script_dir
+        self.resources: dict[str, dict[str, Any]] = {}
+        self.cores_per_node = None
+        self.mem_per_node = None
+        self.autostart = autostart
+        self.clock = clock
+        self._lock = threading.RLock()
+        self._poll_lock = threading.Lock()
+        self._slots: dict[str, Slot] = {}
+        self._jobs: dict[str, JobRecord] = {}
+        self._ids = itertools.count()
+        self._failures = 0
+        self._gave_up = ""
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.polls = 0
+        self.last_error = ""
+        self.last_report: PollReport | None = None
+
+    # ------------------------------------------------------------------ Parsl interface
+
+    @property
+    def label(self) -> str:
+        return self._label
+
+    @property
+    def status_polling_interval(self) -> int:
+        """Parsl may read status this often; it costs no scheduler query."""
+        return max(1, round(self.profile.poll_interval_s))
+
+    def submit(self, command: str, tasks_per_node: int, job_name: str = "parsl.backfill") -> str:
+        """Open a slot (a Parsl block) that runs ``command`` once per node of each of its jobs.
+
+        Returns at once with the slot id; the slot gets nodes at the next poll with a window.
+        """
+        n = next(self._ids)
+        found = _BLOCK_IN_NAME.search(job_name)
+        block_id = found.group(1) if found else str(n)
+        if not _SAFE_ID.match(block_id):
+            block_id = str(n)
+        slot_id = f"{self.label}.{n}"
+        slot = Slot(slot_id, block_id, command, job_name, self.clock())
+        with self._lock:
+            self._slots[slot_id] = slot
+            self.resources[slot_id] = {"job_id": slot_id, "block_id": block_id, "status": None}
+        logger.info("slot %s opened for Parsl block %s", slot_id, block_id)
+        if self.autostart:
+            self.start()
+            self._wake.set()
+        return slot_id
+
+    def status(self, job_ids: Sequence[object]) -> list[ParslStatus]:
+        """Each slot's state from the book: PENDING, RUNNING, or how it ended."""
+        out = []
+        with self._lock:
+            for job_id in job_ids:
+                slot = self._slots.get(str(job_id))
+                st = self._slot_status(slot) if slot else ParslStatus(ParslState.UNKNOWN)
+                if slot is not None:
+                    self.resources[slot.slot_id]["status"] = st
+                out.append(st)
+        return out
+
+    def cancel(self, job_ids: Sequence[object]) -> list[bool]:
+        """Close slots and cancel their jobs (Parsl scale-in or shutdown)."""
+        to_cancel: list[JobRecord] = []
+        with self._lock:
+            for job_id in job_ids:
+                slot = self._slots.get(str(job_id))
+                if slot is None or slot.closed:
+                    continue
+                slot.closed = True
+                if slot.job is not None and slot.job.active:
+                    slot.job.cancel_reason = CancelReason.PARSL
+                    to_cancel.append(slot.job)
+        ok = True
+        if to_cancel:
+            try:
+                self.scheduler.cancel([r.job_id for r in to_cancel])
+            except MalleableError as exc:
+                logger.warning("cancel of %s failed: %s", [r.job_id for r in to_cancel], exc)
+                ok = False
+        if all(s.closed for s in self._slots.values()):
+            self._stop.set()
+            self._wake.set()
+        return [ok if str(j) in self._slots else False for j in job_ids]
+
+    # ---------------------------------------------------------------- controller interface
+
+    def blocks(self) -> list[BlockInfo]:
+        """Our live blocks: nodes, deadline and phase of every job not yet ended."""
+        with self._lock:
+            return [BlockInfo.of(r) for r in self._jobs.values() if r.active]
+
+    def history(self) -> list[JobRecord]:
+        """Copies of every job record, in submission order."""
+        with self._lock:
+            return [replace(r) for r in self._jobs.values()]
+
+    def ended_as(self, slot_id: str) -> ParslState | None:
+        """How the last job of slot ``slot_id`` ended (None: it has not ended or had none)."""
+        with self._lock:
+            slot = self._slots.get(str(slot_id))
+            if slot is None or slot.job is None:
+                return None
+            return slot.job.end_state
+
+    def stats(self) -> dict[str, Any]:
+        """Polls so far and the scheduler commands run, by command."""
+        return {"polls": self.polls, "queries": dict(self.scheduler.queries)}
+
+    # ------------------------------------------------------------------------ poll thread
+
+    def start(self) -> None:
+        """Start the poll thread (done by the first ``submit``)."""
+        with self._lock:
+            if self._thread is not None and self._thread.is_alive():
+                return
+            self._stop.clear()
+            self._thread = threading.Thread(
+                target=self._loop, name=f"backfill-{self.label}", daemon=True
+            )
+            self._thread.start()
+
+    def close(self, cancel: bool = True, timeout: float = 30.0) -> None:
+        """Stop the poll thread; with ``cancel``, close every slot and cancel its job."""
+        if cancel:
+            open_slots = [s.slot_id for s in self._slots.values() if not s.closed]
+            if open_slots:
+                self.cancel(open_slots)
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _loop(self) -> None:
+        next_poll = 0.0
+        while not self._stop.is_set():
+            if time.monotonic() >= next_poll or self._wake.is_set():
+                self._wake.clear()
+                try:
+                    self.poll_once()
+                except Exception:  # a poll must never end the thread
+                    logger.exception("backfill poll failed")
+                next_poll = time.monotonic() + self.profile.poll_interval_s
+            self._send_due_cancels()
+            due = self._next_cancel_in()
+            wait = min(next_poll - time.monotonic(), due if due is not None else 1e9)
+            self._wake.wait(max(0.05, wait))
+
+    def poll_once(self) -> PollReport:
+        """One poll: snapshot, book-keeping, yields, withdrawals, new blocks."""
+        with self._poll_lock:
+            before = sum(self.scheduler.queries.values())
+            report = PollReport(started=self.clock())
+            self.polls += 1
+            try:
+                snap = self.scheduler.snapshot()
+                self._reconcile(snap, report)
+                self._yield(snap, report)
+                self._send_due_cancels()
+                self._withdraw_stuck(report)
+                self._launch(snap, report)
+                self.last_error = ""
+            except (MalleableError, OSError) as exc:
+                # A hung, failing or garbled scheduler command costs this poll, nothing more:
+                # blocks keep their state and the next poll tries again.
+                report.error = str(exc)
+                self.last_error = report.error
+                logger.warning("backfill poll %d: %s", self.polls, exc)
+            report.queries = sum(self.scheduler.queries.values()) - before
+            self.last_report = report
+            return report
+
+    # ------------------------------------------------------------------------ poll stages
+
+    def _reconcile(self, snap: Snapshot, report: PollReport) -> None:
+        running = {j.job_id: j for j in snap.running if j.ours}
+        pending = {j.job_id for j in snap.pending if j.ours}
+        missing: list[JobRecord] = []
+        with self._lock:
+            for rec in [r for r in self._jobs.values() if r.active]:
+                job = running.get(rec.job_id)
+                if job is not None:
+                    self._mark_running(rec, job.nodes, job.start, job.time_limit)
+                elif rec.job_id not in pending:
+                    missing.append(rec)
+        if not missing:
+            return
+        statuses = self.scheduler.status([r.job_id for r in missing])
+        now = self.clock()
+        with self._lock:
+            for rec in missing:
+                st = statuses.get(rec.job_id)
+                if st is None:
+                    continue
+                if st.state is JobState.UNKNOWN or st.state.finished:
+                    self._end(rec, st.state, now, st.end_limit)
+                    report.ended.append(rec.job_id)
+                elif st.state in (JobState.RUNNING, JobState.COMPLETING) and st.start is not None:
+                    limit = (st.end_limit - st.start) if st.end_limit is not None else None
+                    self._mark_running(rec, st.nodes, st.start, limit)
+
+    def _mark_running(
+        self, rec: JobRecord, nodes: tuple[str, ...], start: float, limit: float | None
+    ) -> None:
+        if rec.phase is Phase.PENDING:
+            rec.phase = Phase.RUNNING
+            logger.info("block job %s running on %s", rec.job_id, ",".join(nodes))
+        rec.nodes = nodes or rec.nodes
+        rec.start = start
+        rec.deadline = start + (limit if limit is not None else rec.walltime_s)
+
+    def _end(self, rec: JobRecord, state: JobState, now: float, end_limit: float | None) -> None:
+        parsl_state, why = end_state(
+            state,
+            cancel_reason=rec.cancel_reason,
+            end_limit=rec.deadline if rec.deadline is not None else end_limit,
+            now=now,
+            seen_running=rec.start is not None,
+        )
+        rec.phase = Phase.ENDED
+        rec.end_state = parsl_state
+        rec.message = f"job {rec.job_id}: {why} ({state.value})"
+        rec.ended_at = now
+        logger.info("block %s", rec.message)
+        slot = self._slots.get(rec.slot_id)
+        if is_failure(parsl_state):
+            self._failures += 1
+            if self._failures >= self.profile.max_consecutive_failures:
+                self._give_up(f"{self._failures} blocks failed in a row; last: {rec.message}")
+        elif rec.start is not None:
+            self._failures = 0
+        if slot is None or slot.closed or slot.final is not None:
+            return
+        if not self.recycle and rec.cancel_reason is not CancelReason.NOT_STARTED:
+            slot.final, slot.final_message = parsl_state, rec.message
+
+    def _give_up(self, message: str) -> None:
+        self._gave_up = message
+        logger.error("backfill provider stops launching: %s", message)
+        for slot in self._slots.values():
+            if not slot.closed and slot.final is None:
+                slot.final, slot.final_message = ParslState.FAILED, message
+
+    def _yield(self, snap: Snapshot, report: PollReport) -> None:
+        with self._lock:
+            live = {r.job_id: r for r in self._jobs.values() if r.phase is Phase.RUNNING}
+        in_snapshot = {j.job_id for j in snap.running}
+        deadlines = {
+            job_id: rec.deadline
+            for job_id, rec in live.items()
+            if rec.deadline is not None and job_id in in_snapshot
+        }
+        in_way = blocks_in_the_way(snap, deadlines)
+        if not in_way:
+            return
+        now = self.clock()
+        victims = [live[j] for j in in_way]
+        with self._lock:
+            for rec in victims:
+                rec.phase = Phase.YIELDING
+                rec.cancel_reason = CancelReason.YIELD
+                rec.cancel_at = now + self.profile.yield_grace_s
+                report.yielded.append(rec.job_id)
+        for rec in victims:
+            logger.info(
+                "block job %s yields: a queued job could use its nodes at %.0f, before %.0f",
+                rec.job_id,
+                in_way[rec.job_id],
+                rec.deadline,
+            )
+            if self.on_yield is not None:
+                try:
+                    self.on_yield(BlockInfo.of(rec))
+                except Exception:  # the controller's trouble must not keep the nodes
+                    logger.exception("on_yield hook failed for block %s", rec.block_id)
+        if self.profile.yield_grace_s > 0:
+            try:
+                self.scheduler.signal_batch([r.job_id for r in victims], "USR1")
+            except MalleableError as exc:
+                logger.info("USR1 to yielding blocks: %s", exc)
+
+    def _send_due_cancels(self) -> None:
+        now = self.clock()
+        with self._lock:
+            due = [
+                r
+                for r in self._jobs.values()
+                if r.phase is Phase.YIELDING and r.cancel_at is not None and r.cancel_at <= now
+            ]
+            for rec in due:
+                rec.cancel_at = None
+        if due:
+            try:
+                self.scheduler.cancel([r.job_id for r in due])
+            except MalleableError as exc:
+                logger.warning("cancel of yielding blocks failed, retrying: %s", exc)
+                with self._lock:
+                    for rec in due:
+                        rec.cancel_at = now
+
+    def _next_cancel_in(self) -> float | None:
+        with self._lock:
+            due = [
+                r.cancel_at
+                for r in self._jobs.values()
+                if r.phase is Phase.YIELDING and r.cancel_at is not None
+            ]
+        return min(due) - self.clock() if due else None
+
+    def _withdraw_stuck(self, report: PollReport) -> None:
+        now = self.clock()
+        with self._lock:
+            stuck = [
+                r
+                for r in self._jobs.values()
+                if r.phase is Phase.PENDING
+                and r.cancel_reason is None
+                and now - r.submitted_at > self.profile.start_timeout_s
+            ]
+            for rec in stuck:
+                rec.cancel_reason = CancelReason.NOT_STARTED
+        if stuck:
+            # A block that waits in the queue could start later at a worse time: withdraw it.
+            self.scheduler.cancel([r.job_id for r in stuck])
+            report.skipped.extend(f"{r.job_id}: not started, withdrawn" for r in stuck)
+
+    def _launch(self, snap: Snapshot, report: PollReport) -> None:
+        with self._lock:
+            if self._gave_up:
+                return
+            waiting = [s for s in self._slots.values() if s.waiting]
+            active = [r for r in self._jobs.values() if r.active]
+        if not waiting:
+            return
+        held = sum(len(r.nodes) or r.nodes_requested for r in active)
+        busy = {n for r in active for n in (r.nodes or r.planned_nodes)}
+        windows = harvest_windows(snap, self.profile, self.predictor, exclude=busy)
+        cap_left = self.profile.max_nodes - held
+        if self.demand is not None:
+            ctx = DemandContext(snap, windows, self.blocks(), held, self.profile.max_nodes)
+            want = int(self.demand(ctx)) - held
+        else:
+            want = len(waiting) * self.profile.max_nodes_per_block
+        want = min(want, cap_left)
+        requests = plan_blocks(snap, want, self.profile, self.predictor, windows=windows)
+        for slot, req in zip(waiting, requests, strict=False):
+            if self.profile.test_start:
+                start = self.scheduler.test_start(req.nodes, req.walltime_s, req.node_ids)
+                if start is not None and start > self.clock() + self.profile.start_tolerance_s:
+                    report.skipped.append(
+                        f"{req.nodes} nodes x {req.walltime_s:.0f} s would start at {start:.0f}"
+                    )
+                    continue
+            self._submit_job(slot, req.nodes, req.walltime_s, req.node_ids, req.window_s, report)
+
+    def _submit_job(
+        self,
+        slot: Slot,
+        nodes: int,
+        walltime_s: float,
+        node_ids: tuple[str, ...],
+        window_s: float,
+        report: PollReport,
+    ) -> None:
+        directory = Path(self.script_dir or "backfill_scripts")
+        script = write_block_files(
+            directory,
+            slot_id=slot.slot_id,
+            block_id=slot.block_id,
+            command=slot.command,
+            walltime_s=walltime_s,
+            launcher=self.profile.launcher,
+            worker_init=self.profile.worker_init,
+        )
+        name = f"{OURS_PREFIX}-{self.label}-{slot.block_id}"
+        now = self.clock()
+        job_id = self.scheduler.submit(
+            script, nodes=nodes, walltime_s=walltime_s, node_ids=node_ids, name=name
+        )
+        rec = JobRecord(
+            job_id=job_id,
+            slot_id=slot.slot_id,
+            block_id=slot.block_id,
+            nodes_requested=nodes,
+            walltime_s=walltime_s,
+            planned_nodes=tuple(node_ids),
+            window_end=now + window_s,
+            submitted_at=now,
+        )
+        with self._lock:
+            self._jobs[job_id] = rec
+            slot.job = rec
+            slot.jobs.append(job_id)
+            self.resources[slot.slot_id]["scheduler_job_id"] = job_id
+        report.submitted.append(job_id)
+        logger.info(
+            "slot %s: job %s, %d nodes x %.0f s (window %.0f s)",
+            slot.slot_id,
+            job_id,
+            nodes,
+            walltime_s,
+            window_s,
+        )
+
+    # --------------------------------------------------------------------------- helpers
+
+    def _slot_status(self, slot: Slot) -> ParslStatus:
+        if slot.closed:
+            return ParslStatus(ParslState.CANCELLED, "cancelled by Parsl")
+        if slot.final is not None:
+            return ParslStatus(slot.final, slot.final_message)
+        job = slot.job
+        if job is not None and job.phase in (Phase.RUNNING, Phase.YIELDING):
+            until = f" until {job.deadline:.0f}" if job.deadline else ""
+            return ParslStatus(
+                ParslState.RUNNING, f"job {job.job_id} on {','.join(job.nodes)}{until}"
+            )
+        if job is not None and job.phase is Phase.PENDING:
+            return ParslStatus(ParslState.PENDING, f"job {job.job_id} starting")
+        return ParslStatus(ParslState.PENDING, "waiting for an idle window")
+
+
+__all__ = ["BackfillProvider", "PollReport", "YieldHook"]

@@ -1,0 +1,95 @@
+"""Fixtures for the provider tests: the local Slurm cluster (re-used from the scheduler tests),
+native jobs that are cancelled afterwards, and providers that are closed afterwards."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from parsl_malleable.provider import BackfillProvider
+from tests.schedulers.conftest import SlurmCluster, fake_bin, slurm_cluster  # noqa: F401
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def run_slurm(cluster: SlurmCluster, *argv: str) -> str:
+    """Run a Slurm client command as a user would; its stdout."""
+    env = {**os.environ, **cluster.env, "SLURM_TIME_FORMAT": "%s"}
+    out = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=30, check=True)
+    return out.stdout
+
+
+def job_states(cluster: SlurmCluster, ids: list[str]) -> dict[str, tuple[str, str]]:
+    """``id -> (state, start)`` from squeue (start: expected start while pending)."""
+    if not ids:
+        return {}
+    text = run_slurm(cluster, "squeue", "-h", "-t", "all", "-j", ",".join(ids), "-o", "%i %T %S")
+    rows = [line.split() for line in text.splitlines() if line.strip()]
+    return {r[0]: (r[1], r[2]) for r in rows}
+
+
+def wait_for(predicate: Callable[[], bool], timeout_s: float, step_s: float = 0.5) -> bool:
+    """Poll ``predicate`` until it holds or ``timeout_s`` passes; whether it held."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(step_s)
+    return predicate()
+
+
+class Natives:
+    """Native jobs a test submits (with sbatch, like a user); all cancelled after the test."""
+
+    def __init__(self, cluster: SlurmCluster) -> None:
+        self.cluster = cluster
+        self.ids: list[str] = []
+
+    def submit(self, *args: str) -> str:
+        out = run_slurm(
+            self.cluster, "sbatch", "--parsable", "--output=/dev/null", "--partition=batch", *args
+        )
+        job_id = out.strip().split(";")[0]
+        self.ids.append(job_id)
+        return job_id
+
+
+@pytest.fixture
+def natives(slurm_cluster: SlurmCluster) -> Iterator[Natives]:  # noqa: F811
+    jobs = Natives(slurm_cluster)
+    yield jobs
+    if jobs.ids:
+        env = {**os.environ, **slurm_cluster.env}
+        subprocess.run(["scancel", *jobs.ids], env=env, capture_output=True, timeout=30)
+
+
+@pytest.fixture
+def providers(
+    slurm_cluster: SlurmCluster,  # noqa: F811
+    tmp_path: Path,
+) -> Iterator[Callable[..., BackfillProvider]]:
+    """Make providers on the test profile; each is closed (its blocks cancelled) afterwards,
+    and the test waits until the cluster is idle again."""
+    made: list[BackfillProvider] = []
+
+    def make(**kwargs: object) -> BackfillProvider:
+        kwargs.setdefault("env", dict(slurm_cluster.env))
+        kwargs.setdefault("script_dir", str(tmp_path / "blocks"))
+        provider = BackfillProvider("slurm-test", **kwargs)  # type: ignore[arg-type]
+        made.append(provider)
+        return provider
+
+    yield make
+    for provider in made:
+        provider.close()
+
+    def idle() -> bool:
+        out = run_slurm(slurm_cluster, "squeue", "-h", "-o", "%i", "-t", "PD,R,CG")
+        return not out.strip()
+
+    wait_for(idle, 30)

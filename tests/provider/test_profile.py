@@ -1,0 +1,69 @@
+"""Site profiles: every shipped profile loads; mistakes name the file, line or key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from parsl_malleable.errors import ConfigError
+from parsl_malleable.harvest.profile import REPO_PROFILES, SiteProfile, find_profile, load_profile
+
+
+@pytest.mark.parametrize("path", sorted(REPO_PROFILES.glob("*.yaml")), ids=lambda p: p.stem)
+def test_shipped_profiles_load(path: Path) -> None:
+    profile = load_profile(path)
+    assert profile.name == path.stem
+    assert profile.yield_grace_s < profile.poll_interval_s
+
+
+def test_profile_by_name_and_by_env_folder(tmp_path: Path, monkeypatch) -> None:
+    assert find_profile("slurm-test") == REPO_PROFILES / "slurm-test.yaml"
+    (tmp_path / "mysite.yaml").write_text("name: mysite\npartition: scavenger\nmax_nodes: 3\n")
+    monkeypatch.setenv("PM_PROVIDER_PROFILES", str(tmp_path))
+    profile = load_profile("mysite")
+    assert (profile.partition, profile.max_nodes) == ("scavenger", 3)
+
+
+def test_unknown_key_names_file_and_key(tmp_path: Path) -> None:
+    path = tmp_path / "typo.yaml"
+    path.write_text("partition: harvest\npoll_intervall_s: 10\n")
+    with pytest.raises(ConfigError, match=r"typo\.yaml: poll_intervall_s: Extra inputs"):
+        load_profile(path)
+
+
+def test_bad_value_names_key(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("max_nodes: -2\n")
+    with pytest.raises(ConfigError, match=r"bad\.yaml: max_nodes: .*greater than or equal to 0"):
+        load_profile(path)
+
+
+def test_yield_grace_must_fit_in_a_poll(tmp_path: Path) -> None:
+    path = tmp_path / "slow.yaml"
+    path.write_text("poll_interval_s: 10\nyield_grace_s: 10\n")
+    with pytest.raises(ConfigError, match="yield_grace_s .* shorter than poll_interval_s"):
+        load_profile(path)
+
+
+def test_invalid_yaml_names_line(tmp_path: Path) -> None:
+    path = tmp_path / "broken.yaml"
+    path.write_text("partition: harvest\nqos: [standby\nmax_nodes: 3\n")
+    with pytest.raises(ConfigError, match=r"broken\.yaml:\d+: not valid YAML"):
+        load_profile(path)
+
+
+def test_not_a_mapping_and_missing_profile(tmp_path: Path) -> None:
+    path = tmp_path / "list.yaml"
+    path.write_text("- a\n- b\n")
+    with pytest.raises(ConfigError, match="must be a mapping"):
+        load_profile(path)
+    with pytest.raises(ConfigError, match="no nosuchsite.yaml in"):
+        load_profile("nosuchsite")
+
+
+def test_overrides_are_validated() -> None:
+    base = SiteProfile()
+    assert base.with_overrides(max_nodes=2).max_nodes == 2
+    with pytest.raises(ConfigError, match="min_nodes_per_block .* > max_nodes_per_block"):
+        base.with_overrides(min_nodes_per_block=8, max_nodes_per_block=2)
