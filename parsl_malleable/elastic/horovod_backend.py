@@ -247,13 +247,19 @@ class HorovodBackend:
 
     ``iface`` names the network interface gloo uses; by default it is the interface through
     which this node reaches the controller (``lo`` when the controller is on the same machine).
+    ``cycle_time_ms`` sets ``HOROVOD_CYCLE_TIME``, the period of Horovod's background
+    negotiation loop: longer cycles cost less CPU while idle but add latency to each collective
+    (see ``docs/horovod.md``); ``None`` keeps Horovod's default.
     """
 
     name = "horovod"
 
-    def __init__(self, iface: str | None = None) -> None:
+    def __init__(self, iface: str | None = None, cycle_time_ms: float | None = None) -> None:
+        if cycle_time_ms is not None and not cycle_time_ms > 0:
+            raise ValueError(f"cycle_time_ms must be positive, got {cycle_time_ms!r}")
         self._hvd = _import_horovod_torch()
         self._iface = iface
+        self._cycle_time_ms = cycle_time_ms
         self._formed = False
         self._broken: str | None = None
         self._rank = 0
@@ -455,6 +461,8 @@ class HorovodBackend:
         }
         if iface:
             env["HOROVOD_GLOO_IFACE"] = iface
+        if self._cycle_time_ms is not None:
+            env["HOROVOD_CYCLE_TIME"] = f"{self._cycle_time_ms:g}"
         for key, value in env.items():
             self._saved_env.setdefault(key, os.environ.get(key))
             os.environ[key] = value

@@ -50,7 +50,7 @@ import torch
 from parsl_malleable.elastic.horovod_backend import HorovodBackend
 
 torch.set_num_threads(1)
-backend = HorovodBackend()
+backend = HorovodBackend(cycle_time_ms=2)
 outbox.put(("ready", os.getpid()))
 while True:
     command, *args = inbox.get()
@@ -86,6 +86,8 @@ while True:
         elif command == "shutdown":
             backend.shutdown()
             result = None
+        elif command == "env":
+            result = {k: os.environ.get(k) for k in args}
         elif command == "abandon":
             # A rank task that ended without shutdown(); the next one gets a new backend object.
             backend = HorovodBackend()
@@ -268,6 +270,21 @@ def test_broadcast_object_sends_tensors_to_newcomer(pool: Pool, host: Any) -> No
     assert b.reply() == ("ok", expected)
 
 
+def test_environment_is_set_for_the_epoch_and_restored_after(pool: Pool, host: Any) -> None:
+    (a,) = pool.get(1)
+    names = ("HOROVOD_RANK", "HOROVOD_SIZE", "HOROVOD_CYCLE_TIME", "HOROVOD_GLOO_IFACE")
+    before = a.call("env", *names)
+    _form(host, 0, [a])
+    assert a.call("env", *names) == {
+        "HOROVOD_RANK": "0",
+        "HOROVOD_SIZE": "1",
+        "HOROVOD_CYCLE_TIME": "2",
+        "HOROVOD_GLOO_IFACE": "lo",
+    }
+    a.call("shutdown")
+    assert a.call("env", *names) == before
+
+
 def test_killed_peer_makes_survivors_raise_then_regroup(pool: Pool, host: Any) -> None:
     a, b, c = pool.get(3)
     _form(host, 0, [a, b, c])
@@ -329,6 +346,23 @@ def test_peer_that_stops_taking_part_trips_the_watchdog(pool: Pool, host: Any) -
     kind, error_type, message = a.reply()
     assert (kind, error_type) == ("error", "HorovodCollectiveError")
     assert "call init()" in message
+
+
+def test_bad_arguments_are_named() -> None:
+    from parsl_malleable.elastic.backend import RendezvousInfo
+    from parsl_malleable.elastic.horovod_backend import HorovodBackend, HorovodCollectiveError
+
+    with pytest.raises(ValueError, match="cycle_time_ms"):
+        HorovodBackend(cycle_time_ms=0)
+    backend = HorovodBackend()  # imports Horovod, starts nothing
+    torch_info = RendezvousInfo("torch", "127.0.0.1", 1, 0, 2)
+    with pytest.raises(ValueError, match="backend 'torch'"):
+        backend.init(0, torch_info, 5.0)
+    info = RendezvousInfo("horovod", "127.0.0.1", 1, 0, 2)
+    with pytest.raises(ValueError, match="rank 2 is outside world size 2"):
+        backend.init(2, info, 5.0)
+    with pytest.raises(HorovodCollectiveError, match="call init"):
+        backend.allreduce_mean_([])
 
 
 def test_rendezvous_host_rejects_bad_epochs() -> None:
