@@ -29,8 +29,8 @@ REPLY_S = 60.0  # generous bound for a reply on a loaded 2-core machine; not a t
 TIMEOUT_S = 5.0  # the backend's own timeout, passed to init()
 
 
-@pytest.fixture(autouse=True)
 def _require_horovod() -> None:
+    """Fail (not skip, not error) the calling test when Horovod is missing: CI builds it."""
     if HOROVOD_MISSING is not None:
         pytest.fail(
             f"Horovod is not importable ({HOROVOD_MISSING}); run scripts/build-horovod "
@@ -172,9 +172,6 @@ class Pool:
 
 @pytest.fixture(scope="module")
 def pool() -> Iterator[Pool]:
-    if HOROVOD_MISSING is not None:
-        yield Pool()  # the autouse fixture fails each test with the build hint
-        return
     ranks = Pool()
     try:
         yield ranks
@@ -184,6 +181,9 @@ def pool() -> Iterator[Pool]:
 
 @pytest.fixture
 def host(pool: Pool) -> Iterator[Any]:
+    if HOROVOD_MISSING is not None:
+        yield None  # the test itself fails with the build hint
+        return
     from parsl_malleable.elastic.horovod_backend import HorovodRendezvousHost
 
     rendezvous = HorovodRendezvousHost("127.0.0.1")
@@ -218,6 +218,7 @@ def _expected(mean: float) -> tuple[list[float], list[list[float]], list[float]]
 
 
 def test_groups_of_2_then_3_then_1_in_the_same_processes(pool: Pool, host: Any) -> None:
+    _require_horovod()
     a, b, c = pool.get(3)
     pids = [a.pid, b.pid, c.pid]
 
@@ -258,6 +259,7 @@ def test_groups_of_2_then_3_then_1_in_the_same_processes(pool: Pool, host: Any) 
 
 
 def test_broadcast_object_sends_tensors_to_newcomer(pool: Pool, host: Any) -> None:
+    _require_horovod()
     import torch
 
     a, b = pool.get(2)
@@ -271,6 +273,7 @@ def test_broadcast_object_sends_tensors_to_newcomer(pool: Pool, host: Any) -> No
 
 
 def test_environment_is_set_for_the_epoch_and_restored_after(pool: Pool, host: Any) -> None:
+    _require_horovod()
     (a,) = pool.get(1)
     names = ("HOROVOD_RANK", "HOROVOD_SIZE", "HOROVOD_CYCLE_TIME", "HOROVOD_GLOO_IFACE")
     before = a.call("env", *names)
@@ -286,6 +289,7 @@ def test_environment_is_set_for_the_epoch_and_restored_after(pool: Pool, host: A
 
 
 def test_killed_peer_makes_survivors_raise_then_regroup(pool: Pool, host: Any) -> None:
+    _require_horovod()
     a, b, c = pool.get(3)
     _form(host, 0, [a, b, c])
     for member in (a, b, c):
@@ -306,6 +310,7 @@ def test_killed_peer_makes_survivors_raise_then_regroup(pool: Pool, host: Any) -
 
 
 def test_peer_that_never_arrives_raises_instead_of_aborting(pool: Pool, host: Any) -> None:
+    _require_horovod()
     (a,) = pool.get(1)
     info = host.prepare_epoch(0, 2)
     a.send("init", 0, info, 2.0)
@@ -319,6 +324,7 @@ def test_peer_that_never_arrives_raises_instead_of_aborting(pool: Pool, host: An
 
 
 def test_superseded_epoch_gives_up_at_once(pool: Pool, host: Any) -> None:
+    _require_horovod()
     (a,) = pool.get(1)
     info = host.prepare_epoch(0, 3)
     a.send("init", 0, info, 60.0)
@@ -332,6 +338,7 @@ def test_superseded_epoch_gives_up_at_once(pool: Pool, host: Any) -> None:
 
 
 def test_peer_that_stops_taking_part_trips_the_watchdog(pool: Pool, host: Any) -> None:
+    _require_horovod()
     a, b = pool.get(2)
     _form(host, 0, [a, b])
     a.send("allreduce", 1.0)  # b never joins this collective
@@ -349,6 +356,7 @@ def test_peer_that_stops_taking_part_trips_the_watchdog(pool: Pool, host: Any) -
 
 
 def test_bad_arguments_are_named() -> None:
+    _require_horovod()
     from parsl_malleable.elastic.backend import RendezvousInfo
     from parsl_malleable.elastic.horovod_backend import HorovodBackend, HorovodCollectiveError
 
@@ -366,6 +374,7 @@ def test_bad_arguments_are_named() -> None:
 
 
 def test_rendezvous_host_rejects_bad_epochs() -> None:
+    _require_horovod()
     from parsl_malleable.elastic.horovod_backend import HorovodRendezvousHost
 
     with HorovodRendezvousHost() as rendezvous:
