@@ -150,11 +150,15 @@ def run_schedule(
     ``est >= 1``.
 
     Returns ``(start, end, first_res, backfilled, run_off, run_cnt, run_first, run_len,
-    idle_node, idle_start, idle_end, counters)``: per-job start/end (NaN when never started),
-    the first reservation made for the job (NaN when none was needed), whether it started
-    ahead of an earlier waiting job; its node ids as runs ``run_first/run_len`` from
-    ``run_off`` (``run_cnt`` runs); raw idle intervals ending at each allocation (the caller
-    closes the intervals still open at the end, see ``last_free``); and work counters.
+    idle_first, idle_count, idle_start, idle_end, last_free, counters)``:
+
+    * per job: start and end (NaN when never started), the first reservation made for it (NaN
+      when none was needed), whether it started ahead of an earlier waiting job, and its node
+      ids as ``run_cnt`` runs ``(run_first, run_len)`` from index ``run_off``;
+    * the holes ended by allocations, as runs of ``idle_count`` consecutive nodes from
+      ``idle_first`` idle on the same interval (holes still open at the end start at
+      ``last_free`` per node: the caller closes them);
+    * work counters (``C_*`` indices).
     """
     n = submit.shape[0]
     start = np.full(n, np.nan)
@@ -175,7 +179,8 @@ def run_schedule(
     run_first = np.empty(2 * n + 16, dtype=np.int32)
     run_len = np.empty(2 * n + 16, dtype=np.int32)
     nr = 0
-    idle_node = np.empty(2 * n + n_nodes + 16, dtype=np.int32)
+    idle_node = np.empty(2 * n + n_nodes + 16, dtype=np.int32)  # first node of a hole run
+    idle_cnt = np.empty(2 * n + n_nodes + 16, dtype=np.int32)  # nodes in the run
     idle_s = np.empty(2 * n + n_nodes + 16, dtype=np.float64)
     idle_e = np.empty(2 * n + n_nodes + 16, dtype=np.float64)
     ni = 0
@@ -290,9 +295,9 @@ def run_schedule(
             for r in range(qn):
                 j = queue[r]
                 if res[j] <= now:
-                    lo, nr, ni, run_first, run_len, idle_node, idle_s, idle_e = _place(
+                    lo, nr, ni, run_first, run_len, idle_node, idle_cnt, idle_s, idle_e = _place(
                         j, now, k[j], bits, lo, scratch, last_free, run_first, run_len, nr,
-                        run_off, run_cnt, idle_node, idle_s, idle_e, ni,
+                        run_off, run_cnt, idle_node, idle_cnt, idle_s, idle_e, ni,
                     )  # fmt: skip
                     free -= k[j]
                     start[j] = now
@@ -316,9 +321,9 @@ def run_schedule(
                     continue
                 m = prof_add(pt, pf, m, s, s + est[j], -k[j])
                 if s <= now:
-                    lo, nr, ni, run_first, run_len, idle_node, idle_s, idle_e = _place(
+                    lo, nr, ni, run_first, run_len, idle_node, idle_cnt, idle_s, idle_e = _place(
                         j, now, k[j], bits, lo, scratch, last_free, run_first, run_len, nr,
-                        run_off, run_cnt, idle_node, idle_s, idle_e, ni,
+                        run_off, run_cnt, idle_node, idle_cnt, idle_s, idle_e, ni,
                     )  # fmt: skip
                     free -= k[j]
                     start[j] = now
@@ -380,9 +385,9 @@ def run_schedule(
                             counters[C_PROFILE_BUILDS] += 1
                         ok = prof_fits_now(pt, pf, m, kj, est[j])
                 if ok:
-                    lo, nr, ni, run_first, run_len, idle_node, idle_s, idle_e = _place(
+                    lo, nr, ni, run_first, run_len, idle_node, idle_cnt, idle_s, idle_e = _place(
                         j, now, kj, bits, lo, scratch, last_free, run_first, run_len, nr,
-                        run_off, run_cnt, idle_node, idle_s, idle_e, ni,
+                        run_off, run_cnt, idle_node, idle_cnt, idle_s, idle_e, ni,
                     )  # fmt: skip
                     free -= kj
                     start[j] = now
@@ -430,6 +435,7 @@ def run_schedule(
         run_first[:nr],
         run_len[:nr],
         idle_node[:ni],
+        idle_cnt[:ni],
         idle_s[:ni],
         idle_e[:ni],
         last_free,
@@ -449,17 +455,23 @@ def _easy_profile(pt, pf, now, free, rs_t, rs_k, rn, k, est, head):
 @njit(cache=True)
 def _place(
     j, now, kj, bits, lo, scratch, last_free, run_first, run_len, nr,
-    run_off, run_cnt, idle_node, idle_s, idle_e, ni,
+    run_off, run_cnt, idle_node, idle_cnt, idle_s, idle_e, ni,
 ):  # fmt: skip
-    """Give job ``j`` the ``kj`` lowest free node ids; record its runs and the holes it ends."""
+    """Give job ``j`` the ``kj`` lowest free node ids; record its runs and the holes it ends.
+
+    Holes are stored as runs too: consecutive nodes idle since the same time (usually freed
+    together by one job) share one record ``(first node, count, start, end)``.
+    """
     lo = bits_take(bits, lo, kj, scratch)
     run_first = _grow_i4(run_first, nr + kj)
     run_len = _grow_i4(run_len, nr + kj)
     idle_node = _grow_i4(idle_node, ni + kj)
+    idle_cnt = _grow_i4(idle_cnt, ni + kj)
     idle_s = _grow_f8(idle_s, ni + kj)
     idle_e = _grow_f8(idle_e, ni + kj)
     run_off[j] = nr
     prev = -2
+    prev_hole = -2
     for c in range(kj):
         i = scratch[c]
         if i == prev + 1:
@@ -469,10 +481,16 @@ def _place(
             run_len[nr] = 1
             nr += 1
         prev = i
-        if now > last_free[i]:
-            idle_node[ni] = i
-            idle_s[ni] = last_free[i]
-            idle_e[ni] = now
-            ni += 1
+        lf = last_free[i]
+        if now > lf:
+            if i == prev_hole + 1 and idle_s[ni - 1] == lf:
+                idle_cnt[ni - 1] += 1
+            else:
+                idle_node[ni] = i
+                idle_cnt[ni] = 1
+                idle_s[ni] = lf
+                idle_e[ni] = now
+                ni += 1
+            prev_hole = i
     run_cnt[j] = nr - run_off[j]
-    return lo, nr, ni, run_first, run_len, idle_node, idle_s, idle_e
+    return lo, nr, ni, run_first, run_len, idle_node, idle_cnt, idle_s, idle_e

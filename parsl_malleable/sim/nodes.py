@@ -39,6 +39,14 @@ def bits_take(bits: np.ndarray, lo: int, k: int, out: np.ndarray) -> int:
     w = lo
     while c < k:
         x = bits[w]
+        if x == ALL and k - c >= 64:  # a whole free word: no bit twiddling
+            base = w * 64
+            for b in range(64):
+                out[c + b] = base + b
+            c += 64
+            bits[w] = np.uint64(0)
+            w += 1
+            continue
         while x != 0 and c < k:
             b = np.int64(trailing_zeros(x))
             out[c] = w * 64 + b
@@ -61,6 +69,13 @@ def bits_clear_ids(bits: np.ndarray, ids: np.ndarray) -> None:
 
 @njit(cache=True)
 def bits_give(bits: np.ndarray, first: int, count: int) -> None:
-    """Mark nodes ``first .. first+count-1`` free."""
-    for i in range(first, first + count):
-        bits[i >> 6] |= ONE << np.uint64(i & 63)
+    """Mark nodes ``first .. first+count-1`` free (whole words at once where possible)."""
+    i = first
+    stop = first + count
+    while i < stop:
+        if (i & 63) == 0 and stop - i >= 64:
+            bits[i >> 6] = ALL
+            i += 64
+        else:
+            bits[i >> 6] |= ONE << np.uint64(i & 63)
+            i += 1

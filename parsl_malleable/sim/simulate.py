@@ -18,7 +18,7 @@ from parsl_malleable.sim.engine import (
     POLICIES,
     run_schedule,
 )
-from parsl_malleable.sim.stats import SimStats, clip_intervals, hole_summary, wait_summary
+from parsl_malleable.sim.stats import SimStats, hole_summary, wait_summary
 from parsl_malleable.traces.schema import IDLE_COLUMNS, JobTrace
 
 MIN_PLAN_SECONDS = 1.0  # shortest duration a plan reserves (a zero-length slot holds nothing)
@@ -44,8 +44,10 @@ class SimResult:
     reservation the policy made for the job, NaN when it started without one), ``backfilled``
     (started while an earlier job waited) and ``dropped`` (reason, empty when simulated).
 
-    Idle intervals are kept as arrays (``idle_node`` int node ids, ``idle_start``,
-    ``idle_end``) clipped to the statistics window; :attr:`idle` builds the
+    Idle intervals are kept as runs, clipped to the statistics window: ``idle_count[i]``
+    consecutive nodes from ``idle_first[i]``, all idle on ``[idle_start[i], idle_end[i])``
+    (nodes freed together by one job share a run, so this stays small);
+    :meth:`idle_arrays` expands them to one row per node and :attr:`idle` builds the
     :data:`IDLE_COLUMNS` frame with node names from :func:`node_name` on first use.
     """
 
@@ -54,7 +56,8 @@ class SimResult:
     timing: dict[str, float]
     nodes: int
     policy: str
-    idle_node: np.ndarray
+    idle_first: np.ndarray
+    idle_count: np.ndarray
     idle_start: np.ndarray
     idle_end: np.ndarray
     run_off: np.ndarray  # per input row: first run of its node ids (-1 when dropped)
@@ -63,17 +66,25 @@ class SimResult:
     run_len: np.ndarray
     _idle_frame: pd.DataFrame | None = field(default=None, repr=False)
 
+    def idle_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(node id, idle_start, idle_end)`` with one row per node and hole (unsorted)."""
+        cnt = self.idle_count.astype(np.int64)
+        node = np.repeat(self.idle_first.astype(np.int64), cnt)
+        node += np.arange(len(node)) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+        return node, np.repeat(self.idle_start, cnt), np.repeat(self.idle_end, cnt)
+
     @property
     def idle(self) -> pd.DataFrame:
         """Idle intervals in the :data:`IDLE_COLUMNS` schema, sorted by (idle_start, node)."""
         if self._idle_frame is None:
-            order = np.lexsort((self.idle_node, self.idle_start))
+            node, start, end = self.idle_arrays()
+            order = np.lexsort((node, start))
             names = np.array([node_name(i, self.nodes) for i in range(self.nodes)], dtype=object)
             self._idle_frame = pd.DataFrame(
                 {
-                    "node": pd.array(names[self.idle_node[order]], dtype="string"),
-                    "idle_start": self.idle_start[order],
-                    "idle_end": self.idle_end[order],
+                    "node": pd.array(names[node[order]], dtype="string"),
+                    "idle_start": start[order],
+                    "idle_end": end[order],
                 }
             ).astype(IDLE_COLUMNS)
         return self._idle_frame
@@ -188,7 +199,7 @@ def simulate(
     )
     t2 = time.perf_counter()
     (start, end, first_res, backfilled, run_off, run_cnt, run_first, run_len) = out[:8]
-    idle_node, idle_s, idle_e, last_free, counters = out[8:]
+    idle_first, idle_count, idle_s, idle_e, last_free, counters = out[8:]
 
     # statistics window, and the holes still open when the last job ended
     last_end = float(end.max()) if len(end) else t_begin
@@ -196,17 +207,22 @@ def simulate(
     w_end = float(sub[-1]) if (end_cut == "last_submit" and len(sub)) else last_end
     w_end = max(w_end, w_start)
     horizon = max(last_end, w_end)
-    open_nodes = np.flatnonzero(last_free < horizon).astype(np.int32)
-    node_all = np.concatenate([idle_node, open_nodes])
-    s_all = np.concatenate([idle_s, last_free[open_nodes]])
-    e_all = np.concatenate([idle_e, np.full(len(open_nodes), horizon)])
-    idle_node, idle_s, idle_e = clip_intervals(node_all, s_all, e_all, w_start, w_end)
+    o_first, o_count = _runs_of_equal(np.flatnonzero(last_free < horizon), last_free)
+    idle_first = np.concatenate([idle_first, o_first])
+    idle_count = np.concatenate([idle_count, o_count])
+    idle_s = np.concatenate([idle_s, last_free[o_first]])
+    idle_e = np.concatenate([idle_e, np.full(len(o_first), horizon)])
+    idle_s = np.maximum(idle_s, w_start)
+    idle_e = np.minimum(idle_e, w_end)
+    keep = idle_e > idle_s
+    idle_first, idle_count = idle_first[keep], idle_count[keep]
+    idle_s, idle_e = idle_s[keep], idle_e[keep]
 
     lengths = idle_e - idle_s
-    pct, hours = hole_summary(lengths)
+    pct, hours = hole_summary(lengths, idle_count)
     wait_mean, wait_median, bsld = wait_summary(sub, start, end)
     span = (w_end - w_start) * n_nodes
-    idle_fraction = float(lengths.sum() / span) if span > 0 else float("nan")
+    idle_fraction = float((lengths * idle_count).sum() / span) if span > 0 else float("nan")
 
     frame = pd.DataFrame(
         {
@@ -246,7 +262,7 @@ def simulate(
         window_start=w_start,
         window_end=w_end,
         idle_fraction=idle_fraction,
-        holes=len(lengths),
+        holes=int(idle_count.sum()),
         hole_p25=pct["p25"],
         hole_p50=pct["p50"],
         hole_p75=pct["p75"],
@@ -265,6 +281,7 @@ def simulate(
             "profile_builds": int(counters[C_PROFILE_BUILDS]),
             "queue_max": int(counters[C_QUEUE_MAX]),
             "compressions": int(counters[C_COMPRESSIONS]),
+            "hole_runs": len(lengths),
         },
     )
     return SimResult(
@@ -273,7 +290,8 @@ def simulate(
         timing=timing,
         nodes=n_nodes,
         policy=policy,
-        idle_node=idle_node,
+        idle_first=idle_first,
+        idle_count=idle_count,
         idle_start=idle_s,
         idle_end=idle_e,
         run_off=row_off,
@@ -281,6 +299,17 @@ def simulate(
         run_first=run_first,
         run_len=run_len,
     )
+
+
+def _runs_of_equal(ids: np.ndarray, value: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Split ascending node ``ids`` into runs of consecutive ids with equal ``value[id]``."""
+    if len(ids) == 0:
+        return np.empty(0, dtype=np.int32), np.empty(0, dtype=np.int32)
+    v = value[ids]
+    brk = np.r_[True, (np.diff(ids) != 1) | (v[1:] != v[:-1])]
+    starts = np.flatnonzero(brk)
+    counts = np.diff(np.r_[starts, len(ids)])
+    return ids[starts].astype(np.int32), counts.astype(np.int32)
 
 
 def warm_up() -> float:

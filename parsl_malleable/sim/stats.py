@@ -51,25 +51,45 @@ class SimStats:
         return asdict(self)
 
 
-def clip_intervals(
-    node: np.ndarray, s: np.ndarray, e: np.ndarray, lo: float, hi: float
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Clip intervals to ``[lo, hi]`` and drop those left empty."""
-    s = np.maximum(s, lo)
-    e = np.minimum(e, hi)
-    keep = e > s
-    return node[keep], s[keep], e[keep]
+def hole_summary(
+    lengths: np.ndarray, counts: np.ndarray | None = None
+) -> tuple[dict[str, float], dict[str, float]]:
+    """Percentiles (p25/p50/p75/p90, seconds; NaN when no hole) and node-hours per bucket.
 
-
-def hole_summary(lengths: np.ndarray) -> tuple[dict[str, float], dict[str, float]]:
-    """Percentiles (p25/p50/p75/p90, seconds; NaN when no hole) and node-hours per bucket."""
-    q = np.percentile(lengths, [25, 50, 75, 90]) if len(lengths) else np.full(4, np.nan)
-    pct = {"p25": float(q[0]), "p50": float(q[1]), "p75": float(q[2]), "p90": float(q[3])}
+    ``counts[i]`` is how many nodes share hole length ``lengths[i]`` (a run of nodes); the
+    percentiles equal ``np.percentile`` (linear) over the holes expanded one per node.
+    """
+    counts = np.ones(len(lengths), dtype=np.int64) if counts is None else counts
+    node_seconds = lengths * counts
     hours = {
-        label: float(lengths[(lengths >= a) & (lengths < b)].sum() / 3600.0)
+        label: float(node_seconds[(lengths >= a) & (lengths < b)].sum() / 3600.0)
         for label, (a, b) in HOLE_BUCKETS.items()
     }
+    q = weighted_percentiles(lengths, counts, (25, 50, 75, 90))
+    pct = {"p25": q[0], "p50": q[1], "p75": q[2], "p90": q[3]}
     return pct, hours
+
+
+def weighted_percentiles(
+    values: np.ndarray, counts: np.ndarray, qs: tuple[float, ...]
+) -> list[float]:
+    """``np.percentile(np.repeat(values, counts), qs)`` without building the repeat."""
+    keep = counts > 0
+    values, counts = values[keep], counts[keep]
+    if len(values) == 0:
+        return [float("nan")] * len(qs)
+    order = np.argsort(values, kind="stable")
+    v = values[order]
+    cum = np.cumsum(counts[order].astype(np.int64))
+    total = int(cum[-1])
+    out = []
+    for q in qs:
+        pos = q / 100.0 * (total - 1)
+        low = int(np.floor(pos))
+        a = v[np.searchsorted(cum, low, side="right")]
+        b = v[np.searchsorted(cum, min(low + 1, total - 1), side="right")]
+        out.append(float(a + (pos - low) * (b - a)))
+    return out
 
 
 def wait_summary(

@@ -119,11 +119,11 @@ def test_warmup_and_end_cut_clip_the_holes():
     # 2 nodes, jobs at 0 (node 0, 100 s) and 50 (node 1, 10 s): node 1 idles 0..50 and 60..100.
     trace = handmade_trace([(0, 100, 100, 1), (50, 10, 10, 1)], nodes=2)
     res = simulate(trace, "easy", warmup=20, end_cut="last_end")
-    got = sorted(zip(res.idle_node.tolist(), res.idle_start, res.idle_end, strict=True))
+    got = sorted(zip(*(a.tolist() for a in res.idle_arrays()), strict=True))
     assert got == [(1, 20, 50), (1, 60, 100)]
     assert res.stats.idle_fraction == pytest.approx(70 / (2 * 80))
     res = simulate(trace, "easy", end_cut="last_submit")  # window 0..50
-    got = sorted(zip(res.idle_node.tolist(), res.idle_start, res.idle_end, strict=True))
+    got = sorted(zip(*(a.tolist() for a in res.idle_arrays()), strict=True))
     assert got == [(1, 0, 50)]
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -49,9 +50,10 @@ def check_partition(res, n_nodes):
     node, s, e = res.busy_intervals()
     s, e = np.maximum(s, lo), np.minimum(e, hi)
     keep = e > s
-    all_node = np.concatenate([node[keep], res.idle_node])
-    all_s = np.concatenate([s[keep], res.idle_start])
-    all_e = np.concatenate([e[keep], res.idle_end])
+    idle_node, idle_s, idle_e = res.idle_arrays()
+    all_node = np.concatenate([node[keep], idle_node])
+    all_s = np.concatenate([s[keep], idle_s])
+    all_e = np.concatenate([e[keep], idle_e])
     for i in range(n_nodes):
         mine = all_node == i
         order = np.argsort(all_s[mine], kind="stable")
@@ -74,6 +76,16 @@ def test_schedule_invariants(trace, policy, warmup):
     assert np.all(start >= jobs["submit"].to_numpy()), "a job started before it was submitted"
     check_no_node_double_booked(res, n_nodes)
     check_partition(res, n_nodes)
+    # the statistics agree with the holes expanded one row per node
+    _, idle_s, idle_e = res.idle_arrays()
+    lengths = idle_e - idle_s
+    assert res.stats.holes == len(lengths)
+    if len(lengths):
+        assert res.stats.hole_p50 == pytest.approx(np.percentile(lengths, 50))
+        assert res.stats.hole_p90 == pytest.approx(np.percentile(lengths, 90))
+    span = n_nodes * (res.stats.window_end - res.stats.window_start)
+    if span > 0:
+        assert res.stats.idle_fraction == pytest.approx(lengths.sum() / span)
     reservation = jobs["reservation"].to_numpy()
     if policy == "fcfs":
         assert np.all(np.diff(start) >= 0), "FCFS started jobs out of submit order"

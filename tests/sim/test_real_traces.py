@@ -33,7 +33,7 @@ def test_easy_replay_is_consistent(real, name):
     node, s, e = res.busy_intervals()
     lo, hi = res.stats.window_start, res.stats.window_end
     busy = np.clip(np.minimum(e, hi) - np.maximum(s, lo), 0, None).sum()
-    idle = (res.idle_end - res.idle_start).sum()
+    idle = ((res.idle_end - res.idle_start) * res.idle_count).sum()
     assert busy + idle == pytest.approx(n * (hi - lo), rel=1e-9)
     assert 0 < res.stats.idle_fraction < 1
     # no node runs two jobs at once
