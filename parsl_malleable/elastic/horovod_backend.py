@@ -105,8 +105,7 @@ def _make_server_class() -> tuple[type, type]:
 
         def do_GET(self) -> None:
             if self.path == f"/{_SCOPE}/status":
-                with self.server.cache_lock:
-                    arrived = sorted(int(k) for k in self.server.cache.get(_SCOPE, {}))
+                arrived = _arrived_ranks(self.server)
                 body = json.dumps(
                     {
                         "epoch": self.server.epoch,
@@ -132,6 +131,14 @@ def _make_server_class() -> tuple[type, type]:
             self.superseded = False
 
     return EpochServer, PreBarrierHandler
+
+
+def _arrived_ranks(server: Any) -> list[int]:
+    """Ranks of the epoch that have checked in (keys that are not such a rank are ignored)."""
+    with server.cache_lock:
+        keys = list(server.cache.get(_SCOPE, {}))
+    ranks = {int(key) for key in keys if key.isdigit()}
+    return sorted(rank for rank in ranks if rank < server.world_size)
 
 
 class HorovodRendezvousHost:
@@ -215,8 +222,7 @@ class HorovodRendezvousHost:
             server = self._servers.get(epoch)
         if server is None:
             return []
-        with server.cache_lock:
-            return sorted(int(k) for k in server.cache.get(_SCOPE, {}))
+        return _arrived_ranks(server)
 
     def close(self) -> None:
         """Stop every server and free their ports."""

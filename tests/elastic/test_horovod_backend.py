@@ -6,11 +6,13 @@ obeys commands from the test, so re-initialising Horovod in the same process is 
 
 from __future__ import annotations
 
+import json
 import multiprocessing as mp
 import os
 import queue
 import signal
 import time
+import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -380,6 +382,15 @@ def test_rendezvous_host_rejects_bad_epochs() -> None:
     with HorovodRendezvousHost() as rendezvous:
         info = rendezvous.prepare_epoch(3, 2)
         assert (info.backend, info.epoch, info.world_size) == ("horovod", 3, 2)
+        # Keys that are not a rank of the epoch do not count as arrivals.
+        base = f"http://{info.host}:{info.port}/parsl_malleable"
+        for key in ("junk", "7", "1"):
+            request = urllib.request.Request(f"{base}/{key}", data=b"3", method="PUT")
+            urllib.request.urlopen(request, timeout=10).close()
+        with urllib.request.urlopen(f"{base}/status", timeout=10) as response:
+            status = json.loads(response.read())
+        assert status == {"epoch": 3, "world_size": 2, "arrived": [1], "superseded": False}
+        assert rendezvous.arrived(3) == [1]
         with pytest.raises(ValueError, match="epoch 3 is not newer"):
             rendezvous.prepare_epoch(3, 2)
         with pytest.raises(ValueError, match="world_size"):
