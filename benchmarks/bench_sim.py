@@ -9,6 +9,7 @@ machine. Targets (EASY): >= 40,000 jobs/s on Gaia, >= 15,000 jobs/s on Theta 202
 
     python benchmarks/bench_sim.py            # about a minute on the 2-core CI machine
     python benchmarks/bench_sim.py --cold     # also time a cold numba compile (about 30 s more)
+    python benchmarks/bench_sim.py --agreement   # only: recorded vs simulated waits, 4 traces
 """
 
 from __future__ import annotations
@@ -176,10 +177,56 @@ def cold_compile() -> dict:
     return {}
 
 
+def agreement_table() -> None:
+    """Markdown table: recorded vs simulated waits on the four shared traces (docs/sim.md)."""
+    from parsl_malleable.sim import simulate
+    from parsl_malleable.sim.validate import wait_agreement
+    from parsl_malleable.traces import read_swf
+    from parsl_malleable.traces.schema import JobTrace, MachineInfo
+
+    names = ["UniLu-Gaia-2014-1.swf", "theta_2022.swf", "hpc2n.swf", "wagap-2013.swf"]
+    print(
+        "| trace | unit (machine) | policy | jobs | mean wait rec. / sim. "
+        "| median wait rec. / sim. | Pearson | Spearman |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    for name in names:
+        trace = read_swf(shared_dir() / "traces" / name)
+        m = trace.machine
+        variants = [(f"node ({m.nodes})", trace)]
+        if m.cores_per_node > 1 and (trace.jobs["cores"] > 0).all():
+            # each core a slot: the packing the site's scheduler really did
+            jobs = trace.jobs.copy()
+            jobs["nodes"] = jobs["cores"]
+            cores = MachineInfo(m.name, m.nodes * m.cores_per_node, 1, m.start_epoch)
+            variants.append((f"core ({cores.nodes})", JobTrace(jobs, cores)))
+        for unit, t in variants:
+            for policy in ("fcfs", "easy", "conservative"):
+                if (
+                    policy == "conservative"
+                    and unit.startswith("node")
+                    and name
+                    in (
+                        "UniLu-Gaia-2014-1.swf",
+                        "wagap-2013.swf",
+                    )
+                ):
+                    continue  # queues of 10-25k jobs: minutes (see docs/sim.md, cost)
+                a = wait_agreement(t, simulate(t, policy))
+                print(
+                    f"| {name} | {unit} | {policy} | {a.jobs} "
+                    f"| {a.recorded_mean / 3600:.2f} h / {a.simulated_mean / 3600:.2f} h "
+                    f"| {a.recorded_median / 60:.1f} / {a.simulated_median / 60:.1f} min "
+                    f"| {a.pearson:.2f} | {a.spearman:.2f} |",
+                    flush=True,
+                )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--cold", action="store_true", help="also time a cold numba compile")
+    parser.add_argument("--agreement", action="store_true", help="only the wait agreement table")
     parser.add_argument("--child-memory", nargs=2, type=int, help=argparse.SUPPRESS)
     parser.add_argument("--child-cold", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -188,6 +235,9 @@ def main() -> None:
         return
     if args.child_cold:
         cold_compile()
+        return
+    if args.agreement:
+        agreement_table()
         return
 
     t0 = time.perf_counter()
