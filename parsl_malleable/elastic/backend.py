@@ -1,0 +1,70 @@
+"""The interface between the elastic runtime and a collective-communication library.
+
+The runtime (membership, commits, rollback, checkpoints) is written once against
+:class:`CollectiveBackend`; torch.distributed and Horovod each implement it. A backend is
+re-initialised for every *membership epoch*: when ranks join or leave, every surviving rank calls
+``shutdown()`` and then ``init()`` with the new rank, world size and epoch. Re-initialising
+instead of relying on a library's own elastic driver keeps the rendezvous with the controller (login
+node or notebook), never on a block that can vanish.
+
+The controller side of a backend is a :class:`RendezvousHost`: it runs in the controller process
+and serves whatever the library needs to form a group (a ``TCPStore`` for torch, Horovod's HTTP
+rendezvous for Horovod).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True)
+class RendezvousInfo:
+    """Where ranks of one membership epoch meet. Serialisable: it travels inside Parsl tasks."""
+
+    backend: str  # "torch" or "horovod"
+    host: str
+    port: int
+    epoch: int
+    world_size: int
+    extra: tuple[tuple[str, str], ...] = ()  # backend-specific settings, as key/value pairs
+
+
+class RendezvousHost(Protocol):
+    """Controller-side service that lets the ranks of each epoch form a group."""
+
+    def start(self) -> None:
+        """Start serving (idempotent)."""
+
+    def prepare_epoch(self, epoch: int, world_size: int) -> RendezvousInfo:
+        """Make ready for ``world_size`` ranks to form group number ``epoch``."""
+
+    def close(self) -> None:
+        """Stop serving and free the port."""
+
+
+class CollectiveBackend(Protocol):
+    """Rank-side collectives used by the elastic runtime."""
+
+    name: str
+
+    def init(self, rank: int, info: RendezvousInfo, timeout_s: float) -> None:
+        """Join the group of ``info.epoch`` as ``rank`` of ``info.world_size``.
+
+        Must raise (not hang) within ``timeout_s`` when a peer never arrives.
+        """
+
+    def shutdown(self) -> None:
+        """Leave the current group; safe to call when no group is formed."""
+
+    def allreduce_mean_(self, tensors: list[Any]) -> None:
+        """Average ``tensors`` (for example gradients) in place across the group.
+
+        Must raise (not hang forever) when a peer dies mid-collective.
+        """
+
+    def broadcast_object(self, obj: Any, src: int) -> Any:
+        """Return ``obj`` from rank ``src`` on every rank (used to hand state to new ranks)."""
+
+    def barrier(self) -> None:
+        """Wait for every rank of the group."""
