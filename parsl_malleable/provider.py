@@ -376,6 +376,7 @@ class BackfillProvider(ExecutionProvider, RepresentationMixin):
                 rec.phase = Phase.YIELDING
                 rec.cancel_reason = CancelReason.YIELD
                 rec.cancel_at = now + self.profile.yield_grace_s
+                rec.yield_poll = self.polls
                 report.yielded.append(rec.job_id)
         for rec in victims:
             logger.info(
@@ -405,6 +406,8 @@ class BackfillProvider(ExecutionProvider, RepresentationMixin):
             ]
             for rec in due:
                 rec.cancel_at = None
+                rec.cancel_poll = self.polls
+                rec.cancel_sent_at = now
         if due:
             try:
                 self.scheduler.cancel([r.job_id for r in due])

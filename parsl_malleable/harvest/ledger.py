@@ -43,6 +43,9 @@ class JobRecord:
     deadline: float | None = None
     cancel_reason: CancelReason | None = None
     cancel_at: float | None = None
+    yield_poll: int | None = None  # the poll that decided to yield
+    cancel_poll: int | None = None  # polls done when the cancel was sent
+    cancel_sent_at: float | None = None
     end_state: ParslState | None = None
     message: str = ""
     ended_at: float | None = None

@@ -42,7 +42,7 @@ def test_bad_value_names_key(tmp_path: Path) -> None:
 def test_yield_grace_must_fit_in_a_poll(tmp_path: Path) -> None:
     path = tmp_path / "slow.yaml"
     path.write_text("poll_interval_s: 10\nyield_grace_s: 10\n")
-    with pytest.raises(ConfigError, match="yield_grace_s .* shorter than poll_interval_s"):
+    with pytest.raises(ConfigError, match=r"yield_grace_s .* shorter than poll_interval_s"):
         load_profile(path)
 
 
@@ -58,12 +58,12 @@ def test_not_a_mapping_and_missing_profile(tmp_path: Path) -> None:
     path.write_text("- a\n- b\n")
     with pytest.raises(ConfigError, match="must be a mapping"):
         load_profile(path)
-    with pytest.raises(ConfigError, match="no nosuchsite.yaml in"):
+    with pytest.raises(ConfigError, match=r"no nosuchsite\.yaml in"):
         load_profile("nosuchsite")
 
 
 def test_overrides_are_validated() -> None:
     base = SiteProfile()
     assert base.with_overrides(max_nodes=2).max_nodes == 2
-    with pytest.raises(ConfigError, match="min_nodes_per_block .* > max_nodes_per_block"):
+    with pytest.raises(ConfigError, match=r"min_nodes_per_block .* > max_nodes_per_block"):
         base.with_overrides(min_nodes_per_block=8, max_nodes_per_block=2)

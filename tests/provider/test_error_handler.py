@@ -1,0 +1,50 @@
+"""The block error handler on a real (unstarted) HighThroughputExecutor and provider book."""
+
+from __future__ import annotations
+
+from parsl.executors import HighThroughputExecutor
+from parsl.jobs.states import JobState, JobStatus
+
+from parsl_malleable.harvest.error_handler import backfill_error_handler
+from parsl_malleable.harvest.ledger import JobRecord, Phase
+from parsl_malleable.provider import BackfillProvider
+
+
+def _executor_with_ended_blocks(ends: list[JobState]) -> HighThroughputExecutor:
+    provider = BackfillProvider("slurm-test", autostart=False, recycle=False)
+    htex = HighThroughputExecutor(provider=provider, block_error_handler=backfill_error_handler)
+    for i, end in enumerate(ends):
+        slot_id = provider.submit("true", 1, f"parsl.htex.block-{i}")
+        rec = JobRecord(str(100 + i), slot_id, str(i), 1, 60, ("n1",), 0.0, 0.0)
+        rec.phase, rec.end_state = Phase.ENDED, end
+        provider._slots[slot_id].job = rec  # the book as a poll would leave it
+        htex.blocks_to_job_id[str(i)] = slot_id
+    return htex
+
+
+def test_blocks_that_end_before_a_worker_connects_do_not_trip_it() -> None:
+    htex = _executor_with_ended_blocks([JobState.TIMEOUT, JobState.CANCELLED, JobState.TIMEOUT])
+    missing = {str(i): JobStatus(JobState.MISSING) for i in range(3)}
+    backfill_error_handler(htex, missing)
+    assert not htex.bad_state_is_set
+
+
+def test_real_failures_still_do() -> None:
+    htex = _executor_with_ended_blocks([JobState.FAILED] * 3)
+    missing = {str(i): JobStatus(JobState.MISSING, f"block {i}") for i in range(3)}
+    backfill_error_handler(htex, missing)
+    assert htex.bad_state_is_set
+    assert "block 2" in str(htex.executor_exception)
+
+
+def test_a_good_block_among_failures_keeps_the_executor() -> None:
+    htex = _executor_with_ended_blocks([JobState.FAILED, JobState.TIMEOUT, JobState.FAILED])
+    status = {
+        "0": JobStatus(JobState.FAILED),
+        "1": JobStatus(JobState.MISSING),
+        "2": JobStatus(JobState.FAILED),
+    }
+    backfill_error_handler(htex, status)
+    assert not htex.bad_state_is_set
+    backfill_error_handler(htex, {"0": JobStatus(JobState.FAILED)})  # too few to judge
+    assert not htex.bad_state_is_set

@@ -1,0 +1,185 @@
+"""BackfillProvider against the real local Slurm cluster (6 nodes, partitions batch/harvest)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from parsl.jobs.states import JobState as P
+
+from parsl_malleable.harvest.ledger import BlockInfo, Phase
+from parsl_malleable.provider import BackfillProvider
+
+from .conftest import Natives, job_states, run_slurm, wait_for
+
+pytestmark = pytest.mark.slurm
+
+Make = Callable[..., BackfillProvider]
+
+
+def _expected_starts(natives: Natives) -> dict[str, str]:
+    states = job_states(natives.cluster, natives.ids)
+    return {j: start for j, (state, start) in states.items() if state == "PENDING"}
+
+
+def _hole_with_reservation(natives: Natives) -> tuple[str, str]:
+    """n1,n2 busy for 5 minutes; a 6-node job waits for them (its reservation)."""
+    running = natives.submit("-N2", "-t", "5", "--wrap", "sleep 600")
+    assert wait_for(lambda: job_states(natives.cluster, [running])[running][0] == "RUNNING", 20)
+    big = natives.submit("-N6", "-t", "10", "--wrap", "sleep 5")
+    assert wait_for(lambda: _expected_starts(natives).get(big, "N/A") != "N/A", 20)
+    return running, big
+
+
+def _poll_until(provider: BackfillProvider, done: Callable[[], bool], polls: int) -> None:
+    for _ in range(polls):
+        provider.poll_once()
+        if done():
+            return
+        wait_for(lambda: False, 1.0)
+
+
+def test_holes_get_filled_without_moving_any_queued_job(natives: Natives, providers: Make) -> None:
+    _running, big = _hole_with_reservation(natives)
+    before = _expected_starts(natives)
+    reservation = float(before[big])
+    provider = providers(autostart=False)
+    slots = [provider.submit("sleep 600", 1, f"parsl.htex.block-{i}") for i in range(3)]
+
+    def all_running() -> bool:
+        return sum(b.phase is Phase.RUNNING for b in provider.blocks()) >= 2
+
+    _poll_until(provider, all_running, 8)
+    blocks = [b for b in provider.blocks() if b.phase is Phase.RUNNING]
+    harvested = sorted(n for b in blocks for n in b.nodes)
+    assert len(harvested) >= 3 and set(harvested) <= {"n3", "n4", "n5", "n6"}
+    for b in blocks:
+        assert b.deadline is not None and b.deadline <= reservation
+    # Every job of ours started at once: none is left pending in the queue.
+    assert all(r.start is not None for r in provider.history() if r.phase is not Phase.ENDED)
+    # Let Slurm's backfill pass (every 2 s) re-plan with our blocks running.
+    wait_for(lambda: False, 5.0)
+    assert _expected_starts(natives) == before
+    statuses = provider.status(slots)
+    assert sum(s.state is P.RUNNING for s in statuses) == len(blocks)
+    # Steady state: a poll with nothing to do costs the two snapshot queries.
+    provider.poll_once()
+    report = provider.poll_once()
+    assert report.error == "" and report.queries == 2
+
+
+def test_a_block_in_the_way_yields_within_one_poll(natives: Natives, providers: Make) -> None:
+    running, big = _hole_with_reservation(natives)
+    drained: list[BlockInfo] = []
+    provider = providers(on_yield=drained.append)
+    provider.submit("sleep 600", 1, "parsl.htex.block-0")
+    assert wait_for(lambda: any(b.phase is Phase.RUNNING for b in provider.blocks()), 30)
+    block = next(b for b in provider.blocks() if b.phase is Phase.RUNNING)
+    run_slurm(natives.cluster, "scancel", running)  # the native job ends early
+    assert wait_for(lambda: job_states(natives.cluster, [big])[big][0] == "RUNNING", 40)
+    record = next(r for r in provider.history() if r.job_id == block.job_id)
+    assert record.cancel_reason is not None and record.cancel_reason.value == "yield"
+    # The cancel went out before the poll after the one that decided to yield.
+    assert record.yield_poll is not None and record.cancel_poll == record.yield_poll
+    assert [d.job_id for d in drained] == [block.job_id]
+    assert drained[0].block_id == "0" and drained[0].deadline == block.deadline
+    assert wait_for(lambda: provider.ended_as(block.slot_id) is P.TIMEOUT, 30)
+
+
+def test_status_mapping_cancelled_and_vanished(
+    natives: Natives, providers: Make, tmp_path: Path
+) -> None:
+    # In "vanish" mode squeue answers everything except "what happened to these jobs"
+    # (--jobs): finished jobs vanish, as after MinJobAge.
+    real = run_slurm(natives.cluster, "sh", "-c", "command -v squeue").strip()
+    mode = tmp_path / "mode"
+    mode.write_text("real")
+    env = _wrapper(
+        tmp_path,
+        "squeue",
+        f'if [ "$(cat {mode})" = vanish ]; then case "$*" in *--jobs*) exit 0;; esac; fi\n'
+        f'exec {real} "$@"',
+    )
+    provider = providers(autostart=False, recycle=False, env={**natives.cluster.env, **env})
+    cancelled = provider.submit("sleep 600", 1, "parsl.htex.block-0")
+    vanished = provider.submit("sleep 600", 1, "parsl.htex.block-1")
+    closed = provider.submit("sleep 600", 1, "parsl.htex.block-2")
+    _poll_until(provider, lambda: len(provider.blocks()) == 3, 6)
+    _poll_until(provider, lambda: all(b.phase is Phase.RUNNING for b in provider.blocks()), 6)
+    jobs = {b.slot_id: b.job_id for b in provider.blocks()}
+    # Someone else (an operator) cancels a block: CANCELLED, not FAILED.
+    run_slurm(natives.cluster, "scancel", jobs[cancelled])
+    _poll_until(provider, lambda: provider.ended_as(cancelled) is not None, 6)
+    status = provider.status([cancelled])[0]
+    assert status.state is P.CANCELLED and "cancelled outside" in (status.message or "")
+    # A block that ends and is forgotten before we look, well before its limit.
+    mode.write_text("vanish")
+    run_slurm(natives.cluster, "scancel", jobs[vanished])
+    _poll_until(provider, lambda: provider.ended_as(vanished) is not None, 6)
+    status = provider.status([vanished])[0]
+    assert status.state is P.COMPLETED and "outcome unknown" in (status.message or "")
+    # Parsl's own scale-in.
+    assert provider.status([closed])[0].state is P.RUNNING
+    assert provider.cancel([closed]) == [True]
+    assert provider.status([closed])[0].state is P.CANCELLED
+    assert provider.status(["no-such-slot"])[0].state is P.UNKNOWN
+
+
+def _wrapper(tmp_path: Path, name: str, body: str) -> dict[str, str]:
+    """A stand-in ``name`` first on PATH; the env that puts it there."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    path = bin_dir / name
+    path.write_text("#!/bin/sh\n" + body + "\n")
+    path.chmod(0o755)
+    return {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+
+
+def test_hung_or_garbled_squeue_costs_a_poll_not_the_run(
+    natives: Natives, providers: Make, tmp_path: Path
+) -> None:
+    real = run_slurm(natives.cluster, "sh", "-c", "command -v squeue").strip()
+    mode = tmp_path / "mode"
+    mode.write_text("hang")
+    env = _wrapper(
+        tmp_path,
+        "squeue",
+        f'case "$(cat {mode})" in\n'
+        "  hang) exec sleep 60;;\n"
+        "  garbage) echo 'this is|not squeue'; exit 0;;\n"
+        "esac\n"
+        f'exec {real} "$@"',
+    )
+    provider = providers(autostart=False, env={**natives.cluster.env, **env}, command_timeout_s=2)
+    slot = provider.submit("sleep 600", 1, "parsl.htex.block-0")
+    hung = provider.poll_once()
+    assert "timed out after 2 s" in hung.error
+    mode.write_text("garbage")
+    garbled = provider.poll_once()
+    assert "unparseable output" in garbled.error
+    assert provider.status([slot])[0].state is P.PENDING
+    mode.write_text("ok")
+    _poll_until(provider, lambda: any(b.phase is Phase.RUNNING for b in provider.blocks()), 6)
+    assert provider.status([slot])[0].state is P.RUNNING
+    assert provider.last_error == ""
+
+
+@pytest.mark.slow
+def test_walltime_expiry_is_timeout(natives: Natives, providers: Make) -> None:
+    # A one-minute block (Slurm ends it TIMEOUT 70-90 s after its start).
+    provider = providers(autostart=False, recycle=False, max_walltime_s=60, min_block_s=60)
+    slot = provider.submit("sleep 600", 1, "parsl.htex.block-0")
+    _poll_until(provider, lambda: any(b.phase is Phase.RUNNING for b in provider.blocks()), 6)
+    record = provider.history()[0]
+    assert record.walltime_s == 60
+
+    def ended() -> bool:
+        provider.poll_once()
+        return provider.status([slot])[0].state not in (P.RUNNING, P.PENDING)
+
+    assert wait_for(ended, 150, step_s=5)
+    status = provider.status([slot])[0]
+    assert status.state is P.TIMEOUT, status.message
+    assert "walltime reached" in (status.message or "")

@@ -1,0 +1,72 @@
+"""Block planning on hand-built snapshots, with the real window planner and block sizing."""
+
+from __future__ import annotations
+
+from parsl_malleable.harvest.planning import harvest_windows, plan_blocks
+from parsl_malleable.harvest.profile import SiteProfile
+from parsl_malleable.windows.predict import WindowPredictor
+
+from .snapshots import NOW, machine, native, queued
+
+PROFILE = SiteProfile(
+    safety_margin_s=60,
+    min_block_s=60,
+    max_nodes_per_block=2,
+    max_walltime_s=3600,
+    partition="harvest",
+    poll_interval_s=10,
+)
+NAIVE = WindowPredictor(model=None, samples=0)
+
+
+def test_blocks_fill_the_hole_and_end_before_the_reservation() -> None:
+    # n1,n2 run until NOW+540; a 6-node job waits for them: n3..n6 are a 540 s hole.
+    snap = machine([native("r1", ("n1", "n2"), 540)], [queued("big", 6, 600)])
+    blocks = plan_blocks(snap, 4, PROFILE, NAIVE)
+    assert sorted(n for b in blocks for n in b.node_ids) == ["n3", "n4", "n5", "n6"]
+    for b in blocks:
+        assert b.nodes <= PROFILE.max_nodes_per_block
+        assert b.walltime_s % 60 == 0
+        assert NOW + b.walltime_s <= NOW + 540 - PROFILE.safety_margin_s
+        assert b.walltime_s == 480
+
+
+def test_demand_caps_the_nodes() -> None:
+    snap = machine([native("r1", ("n1", "n2"), 540)], [queued("big", 6, 600)])
+    assert sum(b.nodes for b in plan_blocks(snap, 3, PROFILE, NAIVE)) == 3
+    assert plan_blocks(snap, 0, PROFILE, NAIVE) == []
+
+
+def test_short_hole_gives_no_block() -> None:
+    # 100 s of hole minus a 60 s margin is less than min_block_s.
+    snap = machine([native("r1", ("n1", "n2"), 100)], [queued("big", 6, 600)])
+    assert plan_blocks(snap, 4, PROFILE, NAIVE) == []
+
+
+def test_no_queued_job_gives_the_longest_block() -> None:
+    snap = machine([native("r1", ("n1", "n2"), 100)])
+    blocks = plan_blocks(snap, 4, PROFILE, NAIVE)
+    assert {b.walltime_s for b in blocks} == {PROFILE.max_walltime_s}
+
+
+def test_our_pending_blocks_are_not_queued_jobs() -> None:
+    # Our own pending block must not close the hole it is meant to fill.
+    snap = machine(
+        [native("r1", ("n1", "n2"), 540)],
+        [queued("big", 6, 600), queued("ours", 2, 300, ours=True)],
+    )
+    assert sum(b.nodes for b in plan_blocks(snap, 4, PROFILE, NAIVE)) == 4
+
+
+def test_partition_and_exclusions() -> None:
+    parts = {"n5": ("batch",), "n6": ("batch",)}
+    snap = machine([native("r1", ("n1", "n2"), 540)], [queued("big", 6, 600)], partitions=parts)
+    windows = harvest_windows(snap, PROFILE, NAIVE, exclude={"n3"})
+    assert sorted(n for w in windows for n in w.nodes) == ["n4"]
+
+
+def test_queued_job_that_starts_now_leaves_no_hole() -> None:
+    # A 2-node job that fits now takes two idle nodes (the lowest ids): they are not holes.
+    snap = machine([native("r1", ("n1", "n2"), 540)], [queued("small", 2, 300)])
+    nodes = sorted(n for b in plan_blocks(snap, 6, PROFILE, NAIVE) for n in b.node_ids)
+    assert nodes == ["n5", "n6"]

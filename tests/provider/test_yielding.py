@@ -1,0 +1,85 @@
+"""The yield decision on hand-built snapshots."""
+
+from __future__ import annotations
+
+from parsl_malleable.harvest.yielding import (
+    blocks_in_the_way,
+    first_native_use,
+    snapshot_without_blocks,
+)
+from parsl_malleable.windows.snapshot import NodeState
+
+from .snapshots import NOW, block, machine, native, queued
+
+
+def test_nothing_to_yield_while_the_plan_holds() -> None:
+    snap = machine(
+        [native("r1", ("n1", "n2"), 540), block("b1", ("n3", "n4"), 480)],
+        [queued("big", 6, 600)],
+    )
+    assert blocks_in_the_way(snap, {"b1": NOW + 480}) == {}
+    assert first_native_use(snap, {"b1": NOW + 480})["b1"] == NOW + 540
+
+
+def test_early_end_makes_the_block_yield() -> None:
+    # r1 ended early: the 6-node job could start now if our blocks were not there.
+    snap = machine(
+        [block("b1", ("n3", "n4"), 480), block("b2", ("n5", "n6"), 480)],
+        [queued("big", 6, 600)],
+    )
+    found = blocks_in_the_way(snap, {"b1": NOW + 480, "b2": NOW + 480})
+    assert set(found) == {"b1", "b2"}
+    assert all(when == NOW for when in found.values())
+
+
+def test_a_job_that_fits_elsewhere_needs_no_yield() -> None:
+    # 4 idle native nodes suffice for the 4-node job: our block is not in its way.
+    snap = machine([block("b1", ("n3", "n4"), 480)], [queued("mid", 4, 600)])
+    assert blocks_in_the_way(snap, {"b1": NOW + 480}) == {}
+
+
+def test_only_the_block_in_the_way_yields() -> None:
+    # All native nodes busy; a 1-node job arrives. It needs one of our nodes, and the plan
+    # takes the block that ends soonest, so only that block yields.
+    snap = machine(
+        [
+            native("r1", ("n1", "n2"), 900),
+            block("b1", ("n3", "n4"), 480),
+            block("b2", ("n5", "n6"), 300),
+        ],
+        [queued("small", 1, 120)],
+    )
+    found = blocks_in_the_way(snap, {"b1": NOW + 480, "b2": NOW + 300})
+    assert set(found) == {"b2"}
+
+
+def test_a_block_ending_before_the_job_could_start_stays() -> None:
+    # The 3-node job could start when r1 ends (NOW+200) on n1,n2 plus one of ours, but b1
+    # ends at NOW+150: no delay.
+    snap = machine(
+        [native("r1", ("n1", "n2", "n5", "n6"), 200), block("b1", ("n3", "n4"), 150)],
+        [queued("wide", 6, 600)],
+    )
+    assert blocks_in_the_way(snap, {"b1": NOW + 150}) == {}
+    assert blocks_in_the_way(snap, {"b1": NOW + 250}) == {"b1": NOW + 200}
+
+
+def test_freed_snapshot_puts_our_nodes_last_and_idle() -> None:
+    snap = machine(
+        [native("r1", ("n1",), 500), block("b1", ("n2", "n3"), 400), block("b2", ("n4",), 100)],
+        [queued("q", 2, 60), queued("mine", 1, 60, ours=True)],
+    )
+    freed = snapshot_without_blocks(snap, {"b1": NOW + 400, "b2": NOW + 100})
+    assert [n.name for n in freed.nodes] == ["n1", "n5", "n6", "n4", "n2", "n3"]
+    assert all(n.state is NodeState.IDLE for n in freed.nodes if n.name != "n1")
+    assert [j.job_id for j in freed.running] == ["r1"]
+    assert [j.job_id for j in freed.pending] == ["q"]
+
+
+def test_no_blocks_no_work() -> None:
+    snap = machine([native("r1", ("n1",), 500)], [queued("q", 6, 60)])
+    assert blocks_in_the_way(snap, {}) == {}
+    assert first_native_use(snap, {}) == {}
+    # No queued job ever needs the node: the plan's horizon (a week), far past any deadline.
+    never = first_native_use(machine([block("b", ("n1",), 9)]), {"b": NOW + 9})["b"]
+    assert never >= NOW + 7 * 86400
