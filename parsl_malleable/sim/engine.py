@@ -20,8 +20,10 @@ Semantics (documented for users in ``docs/sim.md``):
 Work avoided (this is what makes long queues cheap): EASY/FCFS rescan the queue only when a job
 has ended; an arrival alone can only let the new jobs start (nothing else changed), so only
 they are checked. A scan rejects a job needing more nodes than are free in O(1), stops as soon
-as no node is free, and builds the profile (O(running jobs)) only when a job both fits the free
-count and has to be checked against the head's reservation.
+as no node is free, and builds the profile (O(running jobs)) once when a job first becomes the
+blocked head (to record its reservation) and otherwise only when a job both fits the free count
+and has to be checked against the head's reservation. Started jobs leave tombstones in the
+queue array, compacted when they are the majority.
 """
 
 from __future__ import annotations
