@@ -19,7 +19,7 @@ DEMO_JOBS, DEMO_NODES = 5000, 512
 @click.command(name="sim")
 @click.argument(
     "trace_path",
-    metavar="TRACE",
+    metavar="[TRACE]",
     required=False,
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
 )
@@ -81,10 +81,15 @@ def sim(
             trace = synthetic_trace(DEMO_JOBS, DEMO_NODES, seed=0)
             source = f"synthetic demo trace ({DEMO_JOBS} jobs, {DEMO_NODES} nodes, seed 0)"
         else:
-            from parsl_malleable.traces import read_trace
+            from parsl_malleable.traces.read import detect_format, read_trace
 
-            options = {} if cores_per_node is None else {"cores_per_node": cores_per_node}
-            trace = read_trace(trace_path, trace_format, **options)
+            options: dict[str, int] = {}
+            if cores_per_node is not None:
+                options["cores_per_node"] = cores_per_node
+            fmt = trace_format or detect_format(trace_path)
+            if fmt.lower() == "cobalt" and nodes is not None:
+                options["nodes"] = nodes  # Cobalt logs do not state the machine size
+            trace = read_trace(trace_path, fmt, **options)
             source = str(trace_path)
         read_s = time.perf_counter() - t0
         jit_s = warm_up()
