@@ -6,9 +6,12 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from parsl_malleable.errors import SnapshotError
-from parsl_malleable.sim import plan_queue
+from parsl_malleable.sim import plan_queue, simulate
+from parsl_malleable.sim.handmade import handmade_trace
 
 # now = 100; a, b free; c, d busy until 150; e busy until 300
 FREE = ["a", "b"]
@@ -73,9 +76,6 @@ def test_node_order_decides_which_free_node_is_needed_first():
 
 def test_plan_matches_the_simulators_schedule_for_the_same_jobs():
     # planning from an empty machine with every job submitted now is a simulation
-    from parsl_malleable.sim import simulate
-    from parsl_malleable.sim.handmade import handmade_trace
-
     rng = np.random.default_rng(3)
     sizes = rng.integers(1, 5, 30)
     limits = rng.integers(1, 100, 30).astype(float)
@@ -98,3 +98,48 @@ def test_plan_matches_the_simulators_schedule_for_the_same_jobs():
 def test_inconsistent_snapshots_are_rejected(free, running, pending, word):
     with pytest.raises(SnapshotError, match=word):
         plan_queue(0.0, free, running, pending)
+
+
+@st.composite
+def exact_traces(draw):
+    """Random traces whose jobs run exactly their walltime (plans are then exact)."""
+    nodes = draw(st.integers(1, 6))
+    rows = []
+    for _ in range(draw(st.integers(1, 20))):
+        wall = float(draw(st.integers(1, 50)))
+        rows.append((float(draw(st.integers(0, 60))), wall, wall, draw(st.integers(1, nodes))))
+    return handmade_trace(rows, nodes)
+
+
+@settings(max_examples=80, deadline=None)
+@given(exact_traces(), st.sampled_from(["fcfs", "easy", "conservative"]), st.integers(0, 60))
+def test_plan_from_a_mid_run_snapshot_predicts_the_simulation(trace, policy, t):
+    # Snapshot of a simulation at time t (all events at t done): running jobs with their nodes
+    # and ends, pending jobs in priority order. With no early ends, later arrivals cannot move
+    # earlier jobs under FCFS or conservative, nor the first pending job under EASY, so the
+    # plan must predict those starts exactly.
+    res = simulate(trace, policy, end_cut="last_end")
+    jobs = res.jobs
+    start, end = jobs["sim_start"].to_numpy(), jobs["sim_end"].to_numpy()
+    submit = jobs["submit"].to_numpy()
+    running = [
+        (end[r], res.node_ids(r).tolist()) for r in range(len(jobs)) if start[r] <= t < end[r]
+    ]
+    busy = {n for _, ids in running for n in ids}
+    free = [n for n in range(trace.machine.nodes) if n not in busy]
+    pend = [r for r in range(len(jobs)) if submit[r] <= t < start[r]]
+    limits = trace.jobs["walltime"].to_numpy()
+    plan = plan_queue(
+        float(t),
+        free,
+        running,
+        [(int(jobs["nodes"].iloc[r]), float(limits[r])) for r in pend],
+        policy,
+        node_order=list(range(trace.machine.nodes)),
+    )
+    expected = start[pend]
+    if policy == "easy":
+        expected, got = expected[:1], plan.starts[:1]
+    else:
+        got = plan.starts
+    assert np.array_equal(got, expected)
