@@ -1,0 +1,1 @@
+"""Example training applications for the elastic runtime (importable by ranks)."""

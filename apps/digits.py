@@ -1,0 +1,145 @@
+"""Digits (scikit-learn's 8x8 handwritten digits) with a small MLP, elastic and plain.
+
+Ranks import this module by name, so the repository root must be on ``PYTHONPATH`` of the
+workers (the test and benchmark configs set it in ``worker_init``). The train/test split is fixed
+(``random_state=0``), so every rank and every run sees the same data.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import time
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from parsl_malleable.elastic.rank import RankContext
+from parsl_malleable.elastic.state import ElasticSampler, ElasticState
+
+TEST_FRACTION = 0.25
+SPLIT_SEED = 0
+
+
+@functools.lru_cache(maxsize=1)
+def load_data() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(x_train, y_train, x_test, y_test)``: pixels scaled to [0, 1], fixed stratified split."""
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    digits = load_digits()
+    x = torch.tensor(digits.data, dtype=torch.float32) / 16.0
+    y = torch.tensor(digits.target, dtype=torch.int64)
+    x_tr, x_te, y_tr, y_te = train_test_split(
+        x, y, test_size=TEST_FRACTION, random_state=SPLIT_SEED, stratify=y
+    )
+    return x_tr, y_tr, x_te, y_te
+
+
+def make_model(hidden: tuple[int, ...] = (128,), seed: int = 0) -> nn.Sequential:
+    """An MLP 64 -> hidden... -> 10 with ReLU, initialised from ``seed``."""
+    torch.manual_seed(seed)
+    layers: list[nn.Module] = []
+    width = 64
+    for h in hidden:
+        layers += [nn.Linear(width, h), nn.ReLU()]
+        width = h
+    layers.append(nn.Linear(width, 10))
+    return nn.Sequential(*layers)
+
+
+def accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
+    """Fraction of ``x`` classified as ``y``."""
+    with torch.no_grad():
+        return float((model(x).argmax(dim=1) == y).float().mean().item())
+
+
+def make_optimizer(
+    model: nn.Module, lr: float, epochs: int
+) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
+    """SGD with momentum and weight decay, cosine decay over ``epochs`` (stepped per epoch).
+
+    ``lr`` is the rate of one rank; the runtime scales it linearly with the world size. The
+    decay to zero makes the final accuracy depend little on the batch sizes used on the way.
+    """
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9, weight_decay=1e-4)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda epoch: 0.5 * (1.0 + math.cos(math.pi * epoch / epochs))
+    )
+    return optimizer, scheduler
+
+
+def train_elastic(
+    ctx: RankContext,
+    epochs: int = 10,
+    batch_size: int = 32,
+    lr: float = 0.02,
+    hidden: tuple[int, ...] = (128,),
+    seed: int = 0,
+    step_delay_s: float = 0.0,
+) -> dict[str, Any]:
+    """Train under the elastic runtime; returns test accuracy, steps and samples seen.
+
+    ``step_delay_s`` adds a pause per step, standing in for a model that computes longer (tests
+    use it so that membership changes happen while training is still under way).
+    """
+    x_tr, y_tr, x_te, y_te = load_data()
+    model = make_model(tuple(hidden), seed)
+    optimizer, scheduler = make_optimizer(model, lr, epochs)
+    sampler = ElasticSampler(len(x_tr), batch_size, seed=seed)
+    state = ctx.state(model, optimizer, scheduler, sampler=sampler, samples_seen=0)
+
+    def loop(state: ElasticState) -> dict[str, Any]:
+        while sampler.epoch < epochs:
+            idx = sampler.local_indices(ctx.rank, ctx.world_size)
+            total = sampler.global_count(ctx.world_size)
+            optimizer.zero_grad()
+            if len(idx):
+                F.cross_entropy(model(x_tr[idx]), y_tr[idx]).backward()
+            ctx.allreduce_gradients(model, len(idx), total)
+            optimizer.step()
+            epoch = sampler.epoch
+            sampler.advance(ctx.world_size)
+            if sampler.epoch != epoch:
+                scheduler.step()
+            state.samples_seen += total
+            if step_delay_s:
+                time.sleep(step_delay_s)
+            state.commit()
+        return {
+            "test_accuracy": accuracy(model, x_te, y_te),
+            "steps": state.step,
+            "samples_seen": state.samples_seen,
+            "world_size": ctx.world_size,
+        }
+
+    return ctx.run(loop, state)
+
+
+def train_reference(
+    epochs: int = 10,
+    batch_size: int = 32,
+    lr: float = 0.02,
+    hidden: tuple[int, ...] = (128,),
+    seed: int = 0,
+) -> dict[str, Any]:
+    """The same model, data order and hyper-parameters in one process, uninterrupted."""
+    x_tr, y_tr, x_te, y_te = load_data()
+    model = make_model(tuple(hidden), seed)
+    optimizer, scheduler = make_optimizer(model, lr, epochs)
+    sampler = ElasticSampler(len(x_tr), batch_size, seed=seed)
+    steps = samples = 0
+    while sampler.epoch < epochs:
+        idx = sampler.local_indices(0, 1)
+        optimizer.zero_grad()
+        F.cross_entropy(model(x_tr[idx]), y_tr[idx]).backward()
+        optimizer.step()
+        samples += len(idx)
+        epoch = sampler.epoch
+        sampler.advance(1)
+        if sampler.epoch != epoch:
+            scheduler.step()
+        steps += 1
+    return {"test_accuracy": accuracy(model, x_te, y_te), "steps": steps, "samples_seen": samples}

@@ -1,0 +1,350 @@
+"""The rank side of the elastic runtime: join epochs, sync state, check membership at commits.
+
+A rank is one long-running process (a Parsl task on a worker, or any process) that runs the user's
+training function with a :class:`RankContext`. The function builds its model and an
+:class:`~parsl_malleable.elastic.state.ElasticState` and hands its training loop to
+:meth:`RankContext.run`, which re-enters the loop after every membership change, always from the
+last commit.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import traceback
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import torch
+
+from parsl_malleable.elastic.backends import get_backend
+from parsl_malleable.elastic.checkpoint import CheckpointStore
+from parsl_malleable.elastic.coordinator import info_from_json
+from parsl_malleable.elastic.state import ElasticSampler, ElasticState, ResizeHook
+from parsl_malleable.elastic.wire import CoordinatorClient, CoordinatorUnavailable, Heartbeat
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class EpochInterrupt(BaseException):
+    """Unwinds the training loop at a membership change.
+
+    A ``BaseException`` so that a user's ``except Exception`` cannot swallow it.
+    """
+
+
+class PlannedChange(EpochInterrupt):
+    """The group agreed at a commit that membership changes; the state is committed."""
+
+
+class PeerLost(EpochInterrupt):
+    """A collective failed (a peer died or timed out); the state rolls back to the last commit."""
+
+
+class RankExit(BaseException):
+    """This rank is not needed any more (it left, the job ended, or the controller went away)."""
+
+    def __init__(self, status: str, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class RankSettings:
+    """Runtime knobs shared by every rank of a job."""
+
+    backend: str = "torch"
+    checkpoint_dir: str | None = None
+    keep_checkpoints: int = 3
+    check_every: int = 1
+    checkpoint_every: int = 200
+    collective_timeout_s: float = 30.0
+    heartbeat_interval_s: float = 1.0
+    torch_threads: int | None = 1
+
+
+@dataclass(frozen=True)
+class RankSpec:
+    """Everything a rank process needs to find its job (picklable: it travels in a Parsl task)."""
+
+    host: str
+    port: int
+    token: str
+    settings: RankSettings = field(default_factory=RankSettings)
+    member_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+
+
+@dataclass
+class RankOutcome:
+    """How a rank task ended: ``finished`` (with the return value), ``left`` or ``exited``."""
+
+    member_id: str
+    status: str
+    rank: int | None = None
+    value: Any = None
+    reason: str = ""
+
+
+class RankContext:
+    """A rank's handle on the job: its rank and world size, collectives, and :meth:`run`."""
+
+    def __init__(self, spec: RankSpec) -> None:
+        self.member_id = spec.member_id
+        self.settings = spec.settings
+        self.rank = -1
+        self.world_size = 0
+        self.epoch = 0
+        self._client = CoordinatorClient(spec.host, spec.port, spec.token)
+        self._client.request(
+            "register",
+            member=self.member_id,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            block=os.environ.get("PARSL_WORKER_BLOCK_ID"),
+        )
+        self._heartbeat = Heartbeat(
+            spec.host, spec.port, spec.token, self.member_id, spec.settings.heartbeat_interval_s
+        )
+        self._backend = get_backend(spec.settings.backend)
+        directory = spec.settings.checkpoint_dir
+        self._store = (
+            CheckpointStore(directory, keep=spec.settings.keep_checkpoints) if directory else None
+        )
+        self._finished_rank: int | None = None
+
+    # --------------------------------------------------------------- user API
+
+    def state(
+        self,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer | None = None,
+        scheduler: Any = None,
+        sampler: ElasticSampler | None = None,
+        resize_hooks: list[ResizeHook] | None = None,
+        **fields: Any,
+    ) -> ElasticState:
+        """Create the job's :class:`ElasticState` (same arguments)."""
+        return ElasticState(
+            model,
+            optimizer=optimizer,
+            scheduler=scheduler,
+            sampler=sampler,
+            resize_hooks=resize_hooks,
+            **fields,
+        )
+
+    def allreduce_mean_(self, tensors: list[torch.Tensor]) -> None:
+        """Average ``tensors`` in place over the group; a failure raises :class:`PeerLost`."""
+        try:
+            self._backend.allreduce_mean_(tensors)
+        except Exception as exc:
+            raise PeerLost(f"allreduce failed in epoch {self.epoch}: {exc}") from exc
+
+    def allreduce_gradients(
+        self,
+        model: torch.nn.Module,
+        local_count: int | None = None,
+        global_count: int | None = None,
+    ) -> None:
+        """Average the gradients of ``model`` over the group.
+
+        With ``local_count`` and ``global_count`` (samples in this rank's part and in the whole
+        global batch, e.g. from :class:`ElasticSampler`), each rank's mean-loss gradient is
+        weighted so the result is the exact mean over the global batch even when parts differ in
+        size or are empty.
+        """
+        params = [p for p in model.parameters() if p.requires_grad]
+        for p in params:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+        grads = [p.grad for p in params]
+        if local_count is not None and global_count:
+            weight = local_count * self.world_size / global_count
+            for g in grads:
+                g.mul_(weight)
+        self.allreduce_mean_(grads)  # type: ignore[arg-type]
+
+    def run(self, loop: Callable[[ElasticState], T], state: ElasticState) -> T:
+        """Train with ``loop(state)`` until it returns, across any number of membership changes.
+
+        ``loop`` must resume from ``state`` (sampler position, user fields) and call
+        ``state.commit()`` after every update. It is re-entered after each change; its return
+        value on the final group is this function's return value.
+        """
+        state._commit_hook = self._on_commit
+        assignment = self._client.request("join", member=self.member_id)
+        while True:
+            self._obey(assignment, state)
+            reason = "failure"
+            attempted = -1
+            try:
+                self._enter(assignment, state)
+                result = loop(state)
+            except PlannedChange:
+                reason = "change"
+                attempted = state.step
+            except PeerLost as exc:
+                attempted = state.step + 1
+                logger.info("rank %d: %s; rolling back to step %d", self.rank, exc, state.step)
+                state.restore()
+            else:
+                self._finish(state)
+                return result
+            self._shutdown_backend()
+            assignment = self._client.request(
+                "report",
+                member=self.member_id,
+                epoch=self.epoch,
+                reason=reason,
+                committed_step=state.step if state.has_commit else -1,
+                attempted_step=attempted,
+                has_state=state.has_commit,
+            )
+
+    @property
+    def finished_rank(self) -> int | None:
+        """This rank's number in the group that completed training (None if it did not)."""
+        return self._finished_rank
+
+    def abort(self, error: BaseException) -> None:
+        """Tell the coordinator that user code failed on this rank (ends the job)."""
+        message = "".join(traceback.format_exception_only(type(error), error)).strip()
+        try:
+            self._client.request("abort", member=self.member_id, error=message)
+        except Exception:
+            logger.warning("could not report the failure to the coordinator")
+
+    def close(self) -> None:
+        """Leave the group and close the coordinator connections."""
+        self._shutdown_backend()
+        self._heartbeat.close()
+        self._client.close()
+
+    # -------------------------------------------------------------- internals
+
+    def _obey(self, assignment: dict[str, Any], state: ElasticState) -> None:
+        action = assignment.get("action")
+        if action == "run":
+            return
+        if action == "leave":
+            saved = None
+            if assignment.get("save") and state.has_commit:
+                saved = self._save(state)
+            self._client.request("left", member=self.member_id, saved_step=saved)
+            raise RankExit("left", "asked to leave")
+        raise RankExit("exited", str(assignment.get("reason", "told to exit")))
+
+    def _enter(self, assignment: dict[str, Any], state: ElasticState) -> None:
+        self.rank = int(assignment["rank"])
+        self.world_size = int(assignment["world_size"])
+        self.epoch = int(assignment["epoch"])
+        info = info_from_json(assignment["info"])
+        logger.debug(
+            "member %s: rank %d of %d in epoch %d",
+            self.member_id,
+            self.rank,
+            self.world_size,
+            self.epoch,
+        )
+        try:
+            self._backend.init(self.rank, info, self.settings.collective_timeout_s)
+        except Exception as exc:
+            raise PeerLost(f"forming epoch {self.epoch} failed: {exc}") from exc
+        self._sync(state)
+
+    def _sync(self, state: ElasticState) -> None:
+        """Make every rank hold the newest committed state, then apply resize hooks."""
+        held = torch.zeros(self.world_size, dtype=torch.float64)
+        held[self.rank] = state.step + 1 if state.has_commit else 0
+        self.allreduce_mean_([held])
+        held = torch.round(held * self.world_size)
+        best = int(held.max().item())
+        if best == 0:
+            snap = self._initial_snapshot(state) if self.rank == 0 else None
+            state.load_snapshot(self._broadcast(snap, 0))
+        elif bool((held != best).any()):
+            src = int(torch.nonzero(held == best)[0].item())
+            snap = self._broadcast(state.committed() if self.rank == src else None, src)
+            if self.rank != src:
+                state.load_snapshot(snap)
+        state.resized(self.world_size)
+
+    def _initial_snapshot(self, state: ElasticState) -> dict[str, Any]:
+        if self._store is not None:
+            loaded = self._store.load_latest(state.fingerprint)
+            if loaded is not None:
+                payload, step = loaded
+                logger.info("resuming from the disk checkpoint of step %d", step)
+                return payload
+        return state.snapshot()
+
+    def _broadcast(self, obj: Any, src: int) -> Any:
+        try:
+            return self._backend.broadcast_object(obj, src)
+        except Exception as exc:
+            raise PeerLost(f"state broadcast failed in epoch {self.epoch}: {exc}") from exc
+
+    def _on_commit(self, state: ElasticState) -> None:
+        every = self.settings.checkpoint_every
+        if self._store is not None and every and self.rank == 0 and state.step % every == 0:
+            self._save(state)
+        if state.step % self.settings.check_every:
+            return
+        flag = torch.zeros(1, dtype=torch.float64)
+        if self.rank == 0:
+            reply = self._client.request(
+                "poll", member=self.member_id, epoch=self.epoch, step=state.step
+            )
+            flag[0] = 1.0 if reply.get("change") else 0.0
+        self.allreduce_mean_([flag])
+        if flag.item() > 0:
+            raise PlannedChange(f"membership changes after step {state.step}")
+
+    def _save(self, state: ElasticState) -> int | None:
+        snap = state.committed()
+        if self._store is None or snap is None:
+            return None
+        self._store.save(snap, step=int(snap["step"]), fingerprint=state.fingerprint)
+        return int(snap["step"])
+
+    def _finish(self, state: ElasticState) -> None:
+        self._finished_rank = self.rank
+        if self.rank == 0:
+            self._save(state)
+            self._client.request("finish", member=self.member_id, step=state.step)
+        self._shutdown_backend()
+
+    def _shutdown_backend(self) -> None:
+        try:
+            self._backend.shutdown()
+        except Exception as exc:
+            logger.debug("backend shutdown: %s", exc)
+
+
+def run_rank(
+    spec: RankSpec, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> RankOutcome:
+    """Entry point of a rank process: run ``fn(ctx, *args, **kwargs)`` and report how it ended."""
+    if spec.settings.torch_threads:
+        torch.set_num_threads(spec.settings.torch_threads)
+    try:
+        ctx = RankContext(spec)
+    except CoordinatorUnavailable as exc:
+        return RankOutcome(spec.member_id, "exited", reason=str(exc))
+    try:
+        value = fn(ctx, *args, **kwargs)
+        return RankOutcome(spec.member_id, "finished", ctx.finished_rank, value)
+    except RankExit as exc:
+        return RankOutcome(spec.member_id, exc.status, reason=exc.reason)
+    except CoordinatorUnavailable as exc:
+        return RankOutcome(spec.member_id, "exited", reason=str(exc))
+    except BaseException as exc:
+        ctx.abort(exc)
+        raise
+    finally:
+        ctx.close()

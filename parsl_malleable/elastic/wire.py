@@ -1,0 +1,126 @@
+"""JSON-lines messages between ranks and the membership coordinator.
+
+One request, one reply, each a single JSON object on one line. Every connection starts with the
+job's secret token, so a stray client (or another job's rank) cannot change a job's membership.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from typing import Any
+
+from parsl_malleable.errors import MalleableError
+
+MAX_LINE = 1 << 20
+
+
+class CoordinatorUnavailable(MalleableError):
+    """The coordinator cannot be reached, or closed the connection (the job has ended)."""
+
+
+def send_message(sock: socket.socket, message: dict[str, Any]) -> None:
+    """Write one message as a JSON line."""
+    sock.sendall(json.dumps(message, separators=(",", ":")).encode() + b"\n")
+
+
+class LineReader:
+    """Reads newline-terminated JSON objects from a socket, keeping any partial tail."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        self._buffer = b""
+
+    def read(self) -> dict[str, Any] | None:
+        """The next message, or ``None`` when the peer closed the connection."""
+        while b"\n" not in self._buffer:
+            chunk = self._sock.recv(65536)
+            if not chunk:
+                return None
+            self._buffer += chunk
+            if len(self._buffer) > MAX_LINE:
+                raise ValueError(f"message longer than {MAX_LINE} bytes")
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        message = json.loads(line)
+        if not isinstance(message, dict):
+            raise ValueError("message is not a JSON object")
+        return message
+
+
+class CoordinatorClient:
+    """A rank's request connection to the coordinator (thread-safe, one request at a time)."""
+
+    def __init__(self, host: str, port: int, token: str, connect_timeout_s: float = 10.0) -> None:
+        self.host = host
+        self.port = port
+        self._token = token
+        self._lock = threading.Lock()
+        self._sock = _connect(host, port, connect_timeout_s)
+        self._reader = LineReader(self._sock)
+        self.request("hello")
+
+    def request(self, op: str, **fields: Any) -> dict[str, Any]:
+        """Send ``op`` with ``fields`` and wait (without limit: some ops block) for the reply."""
+        with self._lock:
+            try:
+                send_message(self._sock, {"op": op, "token": self._token, **fields})
+                reply = self._reader.read()
+            except OSError as exc:
+                raise CoordinatorUnavailable(
+                    f"coordinator {self.host}:{self.port} dropped request {op!r}: {exc}"
+                ) from exc
+        if reply is None:
+            raise CoordinatorUnavailable(
+                f"coordinator {self.host}:{self.port} closed during {op!r}"
+            )
+        if "error" in reply:
+            raise MalleableError(f"coordinator refused {op!r}: {reply['error']}")
+        return reply
+
+    def close(self) -> None:
+        """Close the connection."""
+        self._sock.close()
+
+
+class Heartbeat:
+    """A second connection that only pings; the coordinator treats its loss as the rank's death.
+
+    A killed process's sockets are closed by the kernel, so the coordinator learns of a SIGKILL at
+    once; a silent network loss is caught by the missing pings instead.
+    """
+
+    def __init__(
+        self, host: str, port: int, token: str, member_id: str, interval_s: float = 1.0
+    ) -> None:
+        self._sock = _connect(host, port, 10.0)
+        self._reader = LineReader(self._sock)
+        send_message(self._sock, {"op": "liveness", "token": token, "member": member_id})
+        if self._reader.read() is None:
+            raise CoordinatorUnavailable(f"coordinator {host}:{port} refused liveness connection")
+        self._interval = interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="elastic-heartbeat", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval):
+            try:
+                send_message(self._sock, {"op": "ping"})
+            except OSError:
+                return
+
+    def close(self) -> None:
+        """Stop pinging and close the connection."""
+        self._stop.set()
+        self._sock.close()
+
+
+def _connect(host: str, port: int, timeout_s: float) -> socket.socket:
+    try:
+        sock = socket.create_connection((host, port), timeout=timeout_s)
+    except OSError as exc:
+        raise CoordinatorUnavailable(f"cannot reach coordinator at {host}:{port}: {exc}") from exc
+    sock.settimeout(None)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
