@@ -267,6 +267,12 @@ class BackfillProvider(ExecutionProvider, RepresentationMixin):
         with self._poll_lock:
             before = sum(self.scheduler.queries.values())
             report = PollReport(started=self.clock())
+            with self._lock:
+                idle = all(
+                    s.closed or s.final is not None for s in self._slots.values()
+                ) and not any(r.active for r in self._jobs.values())
+            if idle:
+                return report  # nothing open, nothing running: no query
             self.polls += 1
             try:
                 snap = self.scheduler.snapshot()
@@ -462,14 +468,25 @@ class BackfillProvider(ExecutionProvider, RepresentationMixin):
             want = len(waiting) * self.profile.max_nodes_per_block
         want = min(want, cap_left)
         requests = plan_blocks(snap, want, self.profile, self.predictor, windows=windows)
-        for slot, req in zip(waiting, requests, strict=False):
-            if self.profile.test_start:
-                start = self.scheduler.test_start(req.nodes, req.walltime_s, req.node_ids)
-                if start is not None and start > self.clock() + self.profile.start_tolerance_s:
+        requests = requests[: len(waiting)]
+        if self.profile.test_start:
+            # Test every block before submitting any: a block just submitted is queued ahead
+            # of the next test and would make it report a later start.
+            starts = [
+                self.scheduler.test_start(r.nodes, r.walltime_s, r.node_ids) for r in requests
+            ]
+            latest = self.clock() + self.profile.start_tolerance_s
+            for req, start in zip(requests, starts, strict=True):
+                if start is not None and start > latest:
                     report.skipped.append(
                         f"{req.nodes} nodes x {req.walltime_s:.0f} s would start at {start:.0f}"
                     )
-                    continue
+            requests = [
+                r
+                for r, start in zip(requests, starts, strict=True)
+                if start is None or start <= latest
+            ]
+        for slot, req in zip(waiting, requests, strict=False):
             self._submit_job(slot, req.nodes, req.walltime_s, req.node_ids, req.window_s, report)
 
     def _submit_job(

@@ -74,7 +74,7 @@ def providers(
     tmp_path: Path,
 ) -> Iterator[Callable[..., BackfillProvider]]:
     """Make providers on the test profile; each is closed (its blocks cancelled) afterwards,
-    and the test waits until the cluster is idle again."""
+    and the next test starts when no block is left on the cluster."""
     made: list[BackfillProvider] = []
 
     def make(**kwargs: object) -> BackfillProvider:
@@ -88,8 +88,8 @@ def providers(
     for provider in made:
         provider.close()
 
-    def idle() -> bool:
-        out = run_slurm(slurm_cluster, "squeue", "-h", "-o", "%i", "-t", "PD,R,CG")
-        return not out.strip()
+    def blocks_gone() -> bool:
+        out = run_slurm(slurm_cluster, "squeue", "-h", "-o", "%j", "-t", "PD,R,CG")
+        return not any(name.startswith("pm-block") for name in out.split())
 
-    wait_for(idle, 30)
+    wait_for(blocks_gone, 30)

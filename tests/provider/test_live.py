@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from parsl.jobs.states import JobState as P
 
+from parsl_malleable.harvest.demand import DemandContext
 from parsl_malleable.harvest.ledger import BlockInfo, Phase
 from parsl_malleable.provider import BackfillProvider
 
@@ -183,3 +184,21 @@ def test_walltime_expiry_is_timeout(natives: Natives, providers: Make) -> None:
     status = provider.status([slot])[0]
     assert status.state is P.TIMEOUT, status.message
     assert "walltime reached" in (status.message or "")
+
+
+def test_a_demand_callback_decides_the_node_count(natives: Natives, providers: Make) -> None:
+    seen: list[DemandContext] = []
+
+    def one_node(ctx: DemandContext) -> int:
+        seen.append(ctx)
+        return 1
+
+    provider = providers(autostart=False, demand=one_node)
+    for i in range(3):
+        provider.submit("sleep 600", 1, f"parsl.htex.block-{i}")
+    _poll_until(provider, lambda: any(b.phase is Phase.RUNNING for b in provider.blocks()), 6)
+    provider.poll_once()
+    assert sum(len(b.nodes) for b in provider.blocks()) == 1
+    assert seen[0].node_cap == 6 and seen[0].held_nodes == 0
+    assert sorted(n for w in seen[0].windows for n in w.nodes) == [f"n{i}" for i in range(1, 7)]
+    assert seen[-1].held_nodes == 1 and len(seen[-1].blocks) == 1
