@@ -22,8 +22,6 @@ from globus_compute_sdk.serialize import ComputeSerializer
 from parsl_malleable.harvest import backfill_error_handler
 from parsl_malleable.provider import BackfillProvider
 
-pytestmark = [pytest.mark.slurm, pytest.mark.slow]
-
 _DOUBLE = """
 def double(x):
     import os
@@ -31,6 +29,8 @@ def double(x):
 """
 
 
+@pytest.mark.slurm
+@pytest.mark.slow
 def test_engine_runs_a_function_on_a_harvested_node(
     providers: Callable[..., BackfillProvider], tmp_path: Path
 ) -> None:
@@ -63,3 +63,18 @@ def test_engine_runs_a_function_on_a_harvested_node(
         assert list(engine.executor.blocks_to_job_id) == ["0"]
     finally:
         engine.shutdown()
+
+
+def test_example_endpoint_config_builds() -> None:
+    import runpy
+
+    from globus_compute_endpoint.endpoint.config import UserEndpointConfig
+
+    repo = Path(__file__).resolve().parents[2]
+    config = runpy.run_path(str(repo / "configs" / "globus" / "config.py"))["config"]
+    assert isinstance(config, UserEndpointConfig)
+    provider = config.engine.executor.provider
+    assert isinstance(provider, BackfillProvider)
+    assert provider.profile.name == "example-slurm"
+    assert provider.min_blocks == provider.max_blocks == provider.init_blocks == 8
+    assert config.engine.executor.block_error_handler is backfill_error_handler
