@@ -507,6 +507,7 @@ class BackfillProvider(ExecutionProvider, RepresentationMixin):
             walltime_s=walltime_s,
             launcher=self.profile.launcher,
             worker_init=self.profile.worker_init,
+            self_signal_s=self.profile.signal_margin_s if self.profile.scheduler == "pbs" else None,
         )
         name = f"{OURS_PREFIX}-{self.label}-{slot.block_id}"
         now = self.clock()

@@ -5,7 +5,8 @@ once per node. A block has k nodes, decided at submit time, so the script starts
 with ``srun --ntasks-per-node=1 --nodes=$SLURM_JOB_NUM_NODES`` (``launcher: srun``) or once
 (``launcher: none``). Parsl's command is written to its own file and run by ``bash``: it is
 a shell command by Parsl's contract, and nothing else is spliced into shell text except quoted
-paths and numbers. The script exports ``PM_BLOCK_DEADLINE`` (Unix seconds) and
+paths and numbers. Without a scheduler option for it (PBS), the script sends itself USR1
+``signal_margin_s`` before its walltime. The script exports ``PM_BLOCK_DEADLINE`` (Unix seconds) and
 ``PM_BLOCK_SIGNAL_FILE`` (created when USR1 arrives before the walltime) for the ranks, and
 keeps waiting for the workers after the signal so they can checkpoint.
 """
@@ -25,12 +26,13 @@ export PM_BLOCK_SIGNAL_FILE={signal_dir_q}/usr1-${{SLURM_JOB_ID:-${{PBS_JOBID:-$
 trap ': > "$PM_BLOCK_SIGNAL_FILE"' USR1
 {launch} /bin/bash {command_q} &
 child=$!
-# wait returns early when USR1 arrives: keep waiting until the workers are done.
+{self_signal}# wait returns early when USR1 arrives: keep waiting until the workers are done.
 while :; do
     wait "$child"
     status=$?
     kill -0 "$child" 2>/dev/null || break
 done
+[ -n "${{timer:-}}" ] && kill "$timer" 2>/dev/null
 exit "$status"
 """
 
@@ -49,9 +51,14 @@ def write_block_files(
     walltime_s: float,
     launcher: str,
     worker_init: str = "",
+    self_signal_s: float | None = None,
 ) -> Path:
     """Write ``<slot>.command`` (Parsl's command) and ``<slot>.sh`` (the batch script) into
-    ``directory`` and return the script's path. The files are reused by every job of the slot."""
+    ``directory`` and return the script's path. The files are reused by every job of the slot.
+
+    ``self_signal_s``: the script sends itself USR1 that long before its walltime, for
+    schedulers without a signal-before-the-end option (PBS); Slurm's ``--signal`` does it there.
+    """
     if launcher not in LAUNCHERS:
         raise ValueError(f"launcher {launcher!r} is not one of {', '.join(LAUNCHERS)}")
     directory.mkdir(parents=True, exist_ok=True)
@@ -68,10 +75,20 @@ def write_block_files(
             signal_dir_q=shlex.quote(str(directory.resolve())),
             launch=LAUNCHERS[launcher],
             command_q=shlex.quote(str(command_file.resolve())),
+            self_signal=_self_signal(walltime_s, self_signal_s),
         )
     )
     script.chmod(0o700)
     return script
+
+
+def _self_signal(walltime_s: float, margin_s: float | None) -> str:
+    if not margin_s or margin_s <= 0:
+        return ""
+    delay = max(0, int(walltime_s - margin_s))
+    # A timer in the background that signals this batch shell only; stopped when the workers
+    # are done, so it can never signal a later process that reuses the pid.
+    return f"(sleep {delay} && kill -USR1 $$) >/dev/null 2>&1 &\ntimer=$!\n"
 
 
 __all__ = ["LAUNCHERS", "write_block_files"]

@@ -58,3 +58,20 @@ def test_srun_launcher_starts_one_copy_per_node(tmp_path: Path) -> None:
         write_block_files(
             tmp_path, slot_id="s", block_id="1", command="true", walltime_s=60, launcher="mpirun"
         )
+
+
+def test_self_signal_before_the_walltime(tmp_path: Path) -> None:
+    # PBS has no --signal: the script signals itself signal_margin_s before its walltime.
+    done = tmp_path / "done"
+    script = write_block_files(
+        tmp_path,
+        slot_id="s",
+        block_id="1",
+        command=f"sleep 2; touch {done}",
+        walltime_s=60,
+        launcher="none",
+        self_signal_s=59,
+    )
+    proc = subprocess.run(["bash", str(script)], env={**os.environ, "PBS_JOBID": "5.pbs"})
+    assert proc.returncode == 0 and done.exists()
+    assert (tmp_path / "usr1-5.pbs").exists()
