@@ -122,3 +122,31 @@ def test_event_loop_matches_the_textbook_reference(trace, policy):
     assert np.array_equal(res.jobs["sim_start"].to_numpy(), ref.start)
     assert np.array_equal(res.jobs["sim_end"].to_numpy(), ref.end)
     assert np.array_equal(res.jobs["reservation"].to_numpy(), ref.first_res, equal_nan=True)
+
+
+def test_long_queues_match_the_reference():
+    # Bursts of arrivals keep hundreds of jobs queued, so the FCFS/EASY queue's tombstone
+    # compaction and the arrival-only scans run many times; the schedule must still be the
+    # textbook one. (Conservative compacts its queue at every event; its Python reference is
+    # too slow for this size and is compared on the small traces above.)
+    rng = np.random.default_rng(7)
+    n = 600
+    submit = np.sort(rng.integers(0, 20, n) * 1000 + rng.integers(0, 50, n)).astype(float)
+    run = rng.integers(0, 400, n).astype(float)
+    wall = np.where(rng.random(n) < 0.3, run, run + rng.integers(1, 300, n)).astype(float)
+    nodes = rng.choice([1, 1, 1, 2, 4, 8, 16], n)
+    trace = handmade_trace(list(zip(submit, run, wall, nodes, strict=True)), 16)
+    for policy in ("fcfs", "easy"):
+        res = simulate(trace, policy, end_cut="last_end")
+        assert res.stats.extra["queue_max"] > 150
+        jobs = trace.jobs
+        ref = reference_schedule(
+            16,
+            policy,
+            jobs["submit"].to_numpy(),
+            (jobs["end"] - jobs["start"]).to_numpy(),
+            np.maximum(jobs["walltime"].to_numpy(), 1.0),
+            jobs["nodes"].to_numpy(),
+        )
+        assert np.array_equal(res.jobs["sim_start"].to_numpy(), ref.start), policy
+        assert np.array_equal(res.jobs["reservation"].to_numpy(), ref.first_res, equal_nan=True)
