@@ -5,10 +5,12 @@ queue snapshot with the same event loop); :class:`AvailabilityProfile` is the pl
 See ``docs/sim.md``.
 """
 
+from parsl_malleable.sim.handmade import handmade_trace
 from parsl_malleable.sim.plan import QueuePlan, plan_queue
 from parsl_malleable.sim.profile import AvailabilityProfile
 from parsl_malleable.sim.simulate import SimResult, SimulationError, node_name, simulate
 from parsl_malleable.sim.stats import HOLE_BUCKETS, SimStats
+from parsl_malleable.sim.validate import WaitAgreement, wait_agreement
 
 __all__ = [
     "HOLE_BUCKETS",
@@ -17,7 +19,10 @@ __all__ = [
     "SimResult",
     "SimStats",
     "SimulationError",
+    "WaitAgreement",
+    "handmade_trace",
     "node_name",
     "plan_queue",
     "simulate",
+    "wait_agreement",
 ]

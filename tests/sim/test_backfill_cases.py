@@ -157,3 +157,11 @@ def test_results_are_aligned_with_the_input_rows():
     res = simulate(trace, "easy")
     assert res.jobs.index.tolist() == [10, 20]
     assert np.array_equal(res.jobs["job_id"], trace.jobs["job_id"])
+
+
+def test_empty_and_all_dropped_traces_give_empty_results():
+    for rows in ([], [(0, float("nan"), 1, 1)]):
+        res = simulate(handmade_trace(rows, nodes=4), "easy", end_cut="last_end")
+        assert res.stats.jobs_simulated == 0
+        assert res.stats.holes == 0 and len(res.idle) == 0
+        assert len(res.jobs) == len(rows)
