@@ -27,6 +27,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from parsl.executors import HighThroughputExecutor
 from parsl.jobs.states import JobState as ParslState
 from parsl.jobs.states import JobStatus as ParslStatus
 from parsl.providers.base import ExecutionProvider
@@ -34,6 +35,7 @@ from parsl.utils import RepresentationMixin
 
 from parsl_malleable.errors import MalleableError
 from parsl_malleable.harvest.demand import DemandContext, DemandFn
+from parsl_malleable.harvest.error_handler import backfill_error_handler
 from parsl_malleable.harvest.launch import write_block_files
 from parsl_malleable.harvest.ledger import BlockInfo, JobRecord, Phase, Slot
 from parsl_malleable.harvest.planning import harvest_windows, plan_blocks
@@ -250,15 +252,17 @@ class BackfillProvider(ExecutionProvider, RepresentationMixin):
     def _loop(self) -> None:
         next_poll = 0.0
         while not self._stop.is_set():
-            if time.monotonic() >= next_poll or self._wake.is_set():
-                self._wake.clear()
-                try:
+            try:
+                if time.monotonic() >= next_poll or self._wake.is_set():
+                    self._wake.clear()
                     self.poll_once()
-                except Exception:  # a poll must never end the thread
-                    logger.exception("backfill poll failed")
+                    next_poll = time.monotonic() + self.profile.poll_interval_s
+                self._send_due_cancels()
+                due = self._next_cancel_in()
+            except Exception:  # nothing may end the thread: blocks would stop yielding
+                logger.exception("backfill poll failed")
                 next_poll = time.monotonic() + self.profile.poll_interval_s
-            self._send_due_cancels()
-            due = self._next_cancel_in()
+                due = None
             wait = min(next_poll - time.monotonic(), due if due is not None else 1e9)
             self._wake.wait(max(0.05, wait))
 
@@ -529,7 +533,14 @@ class BackfillProvider(ExecutionProvider, RepresentationMixin):
             slot.job = rec
             slot.jobs.append(job_id)
             self.resources[slot.slot_id]["scheduler_job_id"] = job_id
+            # Parsl may have closed the slot while this poll was submitting: do not leak it.
+            orphan = slot.closed
+            if orphan:
+                rec.cancel_reason = CancelReason.PARSL
         report.submitted.append(job_id)
+        if orphan:
+            self.scheduler.cancel([job_id])
+            return
         logger.info(
             "slot %s: job %s, %d nodes x %.0f s (window %.0f s)",
             slot.slot_id,
@@ -557,4 +568,18 @@ class BackfillProvider(ExecutionProvider, RepresentationMixin):
         return ParslStatus(ParslState.PENDING, "waiting for an idle window")
 
 
-__all__ = ["BackfillProvider", "PollReport", "YieldHook"]
+def harvest_executor(
+    provider: BackfillProvider, label: str = "harvest", **htex_options: Any
+) -> HighThroughputExecutor:
+    """A HighThroughputExecutor set up for ``provider``: one worker per node and the
+    :func:`~parsl_malleable.harvest.error_handler.backfill_error_handler`; ``htex_options``
+    override or add HTEX arguments."""
+    options: dict[str, Any] = {
+        "max_workers_per_node": 1,
+        "block_error_handler": backfill_error_handler,
+    }
+    options.update(htex_options)
+    return HighThroughputExecutor(label=label, provider=provider, **options)
+
+
+__all__ = ["BackfillProvider", "PollReport", "YieldHook", "harvest_executor"]

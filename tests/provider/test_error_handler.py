@@ -7,7 +7,7 @@ from parsl.jobs.states import JobState, JobStatus
 
 from parsl_malleable.harvest.error_handler import backfill_error_handler
 from parsl_malleable.harvest.ledger import JobRecord, Phase
-from parsl_malleable.provider import BackfillProvider
+from parsl_malleable.provider import BackfillProvider, harvest_executor
 
 
 def _executor_with_ended_blocks(ends: list[JobState]) -> HighThroughputExecutor:
@@ -48,3 +48,14 @@ def test_a_good_block_among_failures_keeps_the_executor() -> None:
     assert not htex.bad_state_is_set
     backfill_error_handler(htex, {"0": JobStatus(JobState.FAILED)})  # too few to judge
     assert not htex.bad_state_is_set
+
+
+def test_harvest_executor_defaults() -> None:
+    provider = BackfillProvider("slurm-test", autostart=False, slots=2)
+    htex = harvest_executor(provider, heartbeat_period=2)
+    assert htex.provider is provider and htex.label == "harvest"
+    assert htex.max_workers_per_node == 1 and htex.heartbeat_period == 2
+    assert htex.block_error_handler is backfill_error_handler
+    # Every Parsl strategy leaves the block count alone: min == init == max.
+    assert (provider.min_blocks, provider.init_blocks, provider.max_blocks) == (2, 2, 2)
+    assert provider.status_polling_interval == 5 and provider.label == "backfill"
