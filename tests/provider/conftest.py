@@ -67,6 +67,12 @@ def natives(slurm_cluster: SlurmCluster) -> Iterator[Natives]:  # noqa: F811
         env = {**os.environ, **slurm_cluster.env}
         subprocess.run(["scancel", *jobs.ids], env=env, capture_output=True, timeout=30)
 
+        def gone() -> bool:
+            out = run_slurm(slurm_cluster, "squeue", "-h", "-o", "%i", "-t", "PD,R,CG")
+            return not set(out.split()) & set(jobs.ids)
+
+        wait_for(gone, 30)  # the next test starts from an idle cluster
+
 
 @pytest.fixture
 def providers(
