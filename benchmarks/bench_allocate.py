@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
+import signal
 import subprocess
 import sys
 import time
@@ -104,20 +106,23 @@ def launch(spec: dict, wall_limit: float, mem_gib: float | None) -> dict:
             resource.setrlimit(resource.RLIMIT_AS, (size, size))
 
     began = time.perf_counter()
+    # Own session, so that a timeout also kills the solver the case started (CBC runs as a
+    # child process and would otherwise keep a core busy after its parent is gone).
+    proc = subprocess.Popen(
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=limit_memory,
+        start_new_session=True,
+    )
     try:
-        proc = subprocess.run(
-            argv,
-            capture_output=True,
-            text=True,
-            timeout=wall_limit,
-            preexec_fn=limit_memory,
-            check=False,
-        )
-        stdout, failed = proc.stdout, proc.returncode != 0
-        err_tail = proc.stderr.strip().splitlines()[-1:] if failed else []
-    except subprocess.TimeoutExpired as exc:
-        raw = exc.stdout or b""
-        stdout = raw.decode() if isinstance(raw, bytes) else raw
+        stdout, stderr = proc.communicate(timeout=wall_limit)
+        failed = proc.returncode != 0
+        err_tail = stderr.strip().splitlines()[-1:] if failed else []
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        stdout, _ = proc.communicate()
         failed, err_tail = True, [f"killed after {wall_limit:.0f} s"]
     events = [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
     result = {k: v for e in events for k, v in e.items() if k != "event"}

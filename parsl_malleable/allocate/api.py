@@ -65,6 +65,7 @@ def allocate(
     gap_rel: float = 1e-4,
     charge_start: bool = True,
     shrink_pauses: bool = True,
+    warm_start: bool = True,
     fallback: bool = True,
     threads: int | None = None,
 ) -> Allocation:
@@ -82,7 +83,8 @@ def allocate(
     raised instead).
     ``charge_start=False`` drops the start-up cost of jobs at 0 nodes (FreeTrain's model);
     ``shrink_pauses=False`` drops the pause when a class of nodes ends (faster, see
-    docs/allocate.md).
+    docs/allocate.md). ``warm_start`` runs the greedy rule first and gives its allocation to
+    the solver as a starting incumbent; a solver answer worse than it is replaced by it.
     """
     check_objective(objective)
     if isinstance(solver, str) and solver not in SOLVERS:
@@ -106,21 +108,33 @@ def allocate(
     status, message, fell_back = "", "", False
     counts: dict[str, list[int]] | None = None
     value = 0.0
+    options = {"charge_start": charge_start, "shrink_pauses": shrink_pauses}
+    greedy: dict[str, list[int]] | None = None
+    greedy_value = 0.0
+
+    def run_greedy() -> None:
+        nonlocal greedy, greedy_value, solve_s
+        began = time.perf_counter()
+        greedy = greedy_counts(jobs, classes, objective=objective, node_cap=node_cap, **options)
+        greedy_value = objective_value(jobs, greedy, classes, objective, **options)
+        solve_s += time.perf_counter() - began
+
     if solver != "greedy" and jobs and classes.ends:
-        start = time.perf_counter()
-        model = build_count_model(
-            jobs,
-            classes,
-            objective=objective,
-            node_cap=node_cap,
-            charge_start=charge_start,
-            shrink_pauses=shrink_pauses,
-        )
-        build_s = time.perf_counter() - start
+        began = time.perf_counter()
+        model = build_count_model(jobs, classes, objective=objective, node_cap=node_cap, **options)
+        build_s = time.perf_counter() - began
+        if warm_start:
+            run_greedy()
+        start = model.start_values(greedy) if greedy is not None else None
         outcome = solve_problem(
-            model.problem, solver, time_limit=time_limit, gap_rel=gap_rel, threads=threads
+            model.problem,
+            solver,
+            time_limit=time_limit,
+            gap_rel=gap_rel,
+            threads=threads,
+            start=start,
         )
-        solve_s = outcome.seconds
+        solve_s += outcome.seconds
         status, message = outcome.status, outcome.message
         if outcome.has_solution:
             counts = model.counts()
@@ -129,6 +143,9 @@ def allocate(
                 counts, status, message = None, "failed", f"solution rejected: {problem}"
             else:
                 value = float(model.problem.objective.value() or 0.0)
+        if counts is not None and greedy is not None and greedy_value > value + 1e-9 * abs(value):
+            # Stopped at the time limit with an incumbent worse than the start it was given.
+            counts, message = None, f"incumbent {value:.6g} below the greedy {greedy_value:.6g}"
         if counts is None:
             if not fallback:
                 raise AllocationSolverError(f"{used_solver}: {message or status}")
@@ -139,11 +156,10 @@ def allocate(
         elif status == "feasible":
             log.info("allocator: %s stopped early, keeping its best incumbent", used_solver)
     if counts is None:
-        start = time.perf_counter()
-        options = {"charge_start": charge_start, "shrink_pauses": shrink_pauses}
-        counts = greedy_counts(jobs, classes, objective=objective, node_cap=node_cap, **options)
-        value = objective_value(jobs, counts, classes, objective, **options)
-        solve_s += time.perf_counter() - start
+        if greedy is None:
+            run_greedy()
+        assert greedy is not None
+        counts, value = greedy, greedy_value
         used_solver = "greedy"
         status = status if fell_back else "heuristic"
     node_ids, added, released = assign_nodes(jobs, counts, classes)

@@ -25,6 +25,24 @@ class CountModel:
 
     problem: pulp.LpProblem
     x: dict[str, list[pulp.LpVariable | None]]
+    run: dict[str, pulp.LpVariable]
+    grow: dict[str, tuple[pulp.LpVariable, pulp.LpVariable, tuple[int, ...]]]
+
+    def start_values(self, counts: dict[str, list[int]]) -> dict[pulp.LpVariable, float]:
+        """Values of the key integer variables for a known allocation (a MIP start)."""
+        start: dict[pulp.LpVariable, float] = {}
+        for name, row in self.x.items():
+            for var, value in zip(row, counts[name], strict=True):
+                if var is not None:
+                    start[var] = float(value)
+            start[self.run[name]] = float(sum(counts[name]) > 0)
+            if name in self.grow:
+                up, down, held = self.grow[name]
+                same = list(counts[name]) == list(held)
+                grew = all(x >= c for x, c in zip(counts[name], held, strict=True))
+                start[up] = float(not same and grew)
+                start[down] = float(not same and not grew)
+        return start
 
     def counts(self) -> dict[str, list[int]]:
         """Nodes per job and class in the solver's current solution (rounded)."""
@@ -55,6 +73,8 @@ def build_count_model(
     n_classes = len(classes.ends)
     capacity = [classes.capacity(b) for b in range(n_classes)]
     x: dict[str, list[pulp.LpVariable | None]] = {}
+    run: dict[str, pulp.LpVariable] = {}
+    grow: dict[str, tuple[pulp.LpVariable, pulp.LpVariable, tuple[int, ...]]] = {}
     scores: list[pulp.LpAffineExpression] = []
     now_counts: list[tuple[pulp.LpVariable, float]] = []
     per_class: list[list[tuple[pulp.LpVariable, float]]] = [[] for _ in range(n_classes)]
@@ -87,6 +107,7 @@ def build_count_model(
                 problem += block.count - count == 0
                 problem += count + held_sum <= 0
             terms.extend((v, c * lengths[s]) for v, c in block.rate.items())
+        run[job.name] = blocks[0].run
         for v, c in blocks[0].count.items():
             now_counts.append((v, c))
         if sum(held) == 0:
@@ -96,6 +117,7 @@ def build_count_model(
             up = problem.add_variable(f"up{j}", cat=pulp.LpBinary)
             down = problem.add_variable(f"dn{j}", cat=pulp.LpBinary)
             problem += up + down <= 1
+            grow[job.name] = (up, down, tuple(held))
             for b, var in enumerate(row):
                 if var is None:
                     continue
@@ -143,4 +165,4 @@ def build_count_model(
         problem += floor + (MAXMIN_TIE_WEIGHT / len(scores)) * total
     else:
         problem += total
-    return CountModel(problem, x)
+    return CountModel(problem, x, run, grow)

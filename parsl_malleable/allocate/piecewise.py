@@ -10,6 +10,7 @@ concave ones) and its LP relaxation is tighter than the SOS2 "lambda" form.
 
 from __future__ import annotations
 
+import functools
 import itertools
 from dataclasses import dataclass
 
@@ -49,6 +50,7 @@ def add_piecewise_rate(problem: pulp.LpProblem, job: TrainingJob, tag: str) -> P
     return PiecewiseRate(run, count, rate)
 
 
+@functools.lru_cache(maxsize=4096)
 def concave_envelope(job: TrainingJob) -> list[tuple[int, float]]:
     """Upper concave envelope of ``(0, 0)`` and the curve on ``[min_nodes, max_nodes]``."""
     points = [(0, 0.0), *job.curve.breakpoints(job.min_nodes, job.max_nodes)]

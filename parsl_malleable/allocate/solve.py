@@ -6,6 +6,7 @@ import time
 import warnings
 from dataclasses import dataclass
 
+import numpy as np
 import pulp
 
 from parsl_malleable.allocate.errors import AllocationInputError
@@ -23,8 +24,27 @@ class SolveOutcome:
     message: str = ""
 
 
+class _StartedHiGHS(pulp.HiGHS):
+    """pulp's HiGHS plus a (partial) MIP start: HiGHS completes it and uses it as incumbent."""
+
+    def __init__(self, start: dict[pulp.LpVariable, float], **options: object) -> None:
+        super().__init__(**options)
+        self.start = start
+
+    def callSolver(self, lp: pulp.LpProblem) -> None:
+        if self.start:
+            index = np.array([v.index for v in self.start], dtype=np.int32)
+            value = np.array(list(self.start.values()), dtype=np.float64)
+            lp.solverModel.setSolution(len(index), index, value)
+        lp.solverModel.run()
+
+
 def make_solver(
-    name: str, time_limit: float, gap_rel: float, threads: int | None = None
+    name: str,
+    time_limit: float,
+    gap_rel: float,
+    threads: int | None = None,
+    start: dict[pulp.LpVariable, float] | None = None,
 ) -> pulp.LpSolver:
     """The pulp solver object for ``cbc`` or ``highs``."""
     if time_limit <= 0:
@@ -33,11 +53,19 @@ def make_solver(
         with warnings.catch_warnings():
             # pulp 3.3 announces PULP_CBC_CMD's removal in 4.0; it is the CBC bundled here.
             warnings.simplefilter("ignore", DeprecationWarning)
+            for var, value in (start or {}).items():
+                var.setInitialValue(value)
             return pulp.PULP_CBC_CMD(
-                msg=False, timeLimit=time_limit, gapRel=gap_rel, threads=threads
+                msg=False,
+                timeLimit=time_limit,
+                gapRel=gap_rel,
+                threads=threads,
+                warmStart=bool(start),
             )
     if name == "highs":
-        return pulp.HiGHS(msg=False, timeLimit=time_limit, gapRel=gap_rel, threads=threads)
+        return _StartedHiGHS(
+            start or {}, msg=False, timeLimit=time_limit, gapRel=gap_rel, threads=threads
+        )
     raise AllocationInputError(f"solver {name!r} is not one of {', '.join(SOLVERS)}")
 
 
@@ -48,9 +76,17 @@ def solve_problem(
     time_limit: float,
     gap_rel: float,
     threads: int | None = None,
+    start: dict[pulp.LpVariable, float] | None = None,
 ) -> SolveOutcome:
-    """Solve ``problem`` in place; never raises for solver trouble (it is reported instead)."""
-    solver = make_solver(name, time_limit, gap_rel, threads) if isinstance(name, str) else name
+    """Solve ``problem`` in place; never raises for solver trouble (it is reported instead).
+
+    ``start`` gives values of some integer variables from a known feasible allocation: the
+    solver starts from it (CBC ``mipstart``, HiGHS ``setSolution``).
+    """
+    if isinstance(name, str):
+        solver = make_solver(name, time_limit, gap_rel, threads, start)
+    else:
+        solver = name
     start = time.perf_counter()
     try:
         with warnings.catch_warnings():
