@@ -37,9 +37,9 @@ class BlockCosts:
 class IdleTimeline:
     """Per-node idle intervals ``[start, end)`` of a replay, seen through ``[t0, t1]``.
 
-    Intervals are clipped to the evaluation period; one that reaches ``t1`` is *censored*: the
-    replay does not say how much longer it would have lasted, so a block cut there is not
-    counted as over-predicted.
+    Nodes are integer ids. Intervals are clipped to the evaluation period; one that reaches
+    ``t1`` is *censored*: the replay does not say how much longer it would have lasted, so a
+    block cut there is not counted as over-predicted.
     """
 
     def __init__(
@@ -47,34 +47,35 @@ class IdleTimeline:
         node: np.ndarray,
         start: np.ndarray,
         end: np.ndarray,
-        t0: float = -math.inf,
-        t1: float = math.inf,
+        t0: float,
+        t1: float,
     ) -> None:
+        if not t1 > t0:
+            raise ValueError(f"empty evaluation period [{t0}, {t1}]")
         start = np.maximum(np.asarray(start, dtype=float), t0)
         end = np.minimum(np.asarray(end, dtype=float), t1)
         keep = end > start
-        node = np.asarray(node).astype(str)[keep]
+        node = np.asarray(node, dtype=np.int64)[keep]
         start, end = start[keep], end[keep]
         order = np.lexsort((start, node))
-        self.t0, self.t1 = t0, t1
+        self.t0, self.t1 = float(t0), float(t1)
         self.node = node[order]
         self.start = start[order]
         self.end = end[order]
-        names, first = np.unique(self.node, return_index=True)
-        bounds = [*first.tolist(), len(self.node)]
-        self._slices = {
-            str(name): (bounds[i], bounds[i + 1]) for i, name in enumerate(names.tolist())
-        }
+        # one sorted key per interval: node id plus the start as a fraction of the period,
+        # so a single searchsorted finds every queried node's interval at once
+        self._scale = 1.0 / (self.t1 - self.t0 + 1.0)
+        self._key = self.node + (self.start - self.t0) * self._scale
 
-    def remaining(self, node: str, t: float) -> float:
-        """Seconds node ``node`` stays idle after ``t`` (0 when it is busy at ``t``)."""
-        lo, hi = self._slices.get(node, (0, 0))
-        if lo == hi:
-            return 0.0
-        i = lo + int(np.searchsorted(self.start[lo:hi], t, side="right")) - 1
-        if i < lo or self.end[i] <= t:
-            return 0.0
-        return float(self.end[i] - t)
+    def remaining(self, nodes: np.ndarray, t: float) -> np.ndarray:
+        """Seconds each of ``nodes`` stays idle after ``t`` (0 where it is busy at ``t``)."""
+        nodes = np.asarray(nodes, dtype=np.int64)
+        if not len(self._key):
+            return np.zeros(len(nodes))
+        i = np.searchsorted(self._key, nodes + (t - self.t0) * self._scale, side="right") - 1
+        i = np.maximum(i, 0)
+        inside = (i >= 0) & (self.node[i] == nodes) & (self.start[i] <= t) & (self.end[i] > t)
+        return np.where(inside, self.end[i] - t, 0.0)
 
     def lengths(self) -> np.ndarray:
         """Lengths of all (clipped) idle intervals."""
@@ -115,40 +116,52 @@ def oracle_harvest(lengths: np.ndarray, costs: BlockCosts) -> float:
     return float(useful.sum())
 
 
-@dataclass
 class PolicyState:
     """Which nodes hold a block, and until when; and every block placed so far."""
 
-    block_until: dict[str, float]
-    predicted: list[float]
-    actual: list[float]
-    censored: list[bool]
+    def __init__(self, n_nodes: int) -> None:
+        self.block_until = np.full(n_nodes, -math.inf)
+        self._predicted: list[np.ndarray] = []
+        self._actual: list[np.ndarray] = []
+        self._censored: list[np.ndarray] = []
 
-    @classmethod
-    def empty(cls) -> PolicyState:
-        """No blocks yet."""
-        return cls(block_until={}, predicted=[], actual=[], censored=[])
-
-    def free(self, node: str, t: float) -> bool:
-        """Whether ``node`` holds no block at ``t``."""
-        return self.block_until.get(node, -math.inf) <= t
+    def free(self, nodes: np.ndarray, t: float) -> np.ndarray:
+        """Which of ``nodes`` hold no block at ``t``."""
+        return self.block_until[nodes] <= t
 
     def place(
-        self, node: str, t: float, length: float, timeline: IdleTimeline, costs: BlockCosts
-    ) -> None:
-        """Submit a block of ``length`` on ``node`` at ``t`` if it is long enough."""
-        if not length >= costs.shortest():
-            return
-        actual = timeline.remaining(node, t)
-        if actual <= 0:
-            return
-        self.predicted.append(length)
-        self.actual.append(actual)
-        self.censored.append(t + actual >= timeline.t1)
-        self.block_until[node] = t + min(length, actual)
+        self,
+        nodes: np.ndarray,
+        t: float,
+        lengths: np.ndarray,
+        timeline: IdleTimeline,
+        costs: BlockCosts,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Submit blocks of ``lengths`` at ``t`` on those of ``nodes`` that are idle, hold no
+        block and have a prediction of at least :meth:`BlockCosts.shortest`.
+
+        Returns ``(nodes, times)`` of the blocks that end while their node is still idle: the
+        provider sees its block finish and decides again then.
+        """
+        nodes = np.asarray(nodes, dtype=np.int64)
+        lengths = np.asarray(lengths, dtype=float)
+        actual = timeline.remaining(nodes, t)
+        ok = self.free(nodes, t) & (lengths >= costs.shortest()) & (actual > 0)
+        nodes, lengths, actual = nodes[ok], lengths[ok], actual[ok]
+        self._predicted.append(lengths)
+        self._actual.append(actual)
+        self._censored.append(t + actual >= timeline.t1)
+        self.block_until[nodes] = t + np.minimum(lengths, actual)
+        early = lengths < actual
+        return nodes[early], t + lengths[early]
 
     def summary(self, costs: BlockCosts) -> dict:
         """:func:`block_harvest` of every block placed."""
+        if not self._predicted:
+            return block_harvest(np.empty(0), np.empty(0), costs)
         return block_harvest(
-            np.array(self.predicted), np.array(self.actual), costs, np.array(self.censored)
+            np.concatenate(self._predicted),
+            np.concatenate(self._actual),
+            costs,
+            np.concatenate(self._censored),
         )

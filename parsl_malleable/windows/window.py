@@ -68,7 +68,7 @@ def group_windows(
             Window(
                 nodes=tuple(names[k] for k in members),
                 start=start,
-                end=start + first,
+                end=float(start + first),
                 confidence=confidence,
             )
         )

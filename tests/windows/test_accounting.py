@@ -51,29 +51,39 @@ def test_oracle_takes_every_interval_longer_than_startup() -> None:
 
 def test_timeline_remaining_and_clipping() -> None:
     timeline = IdleTimeline(
-        np.array(["a", "a", "b"]),
+        np.array([0, 0, 1]),
         np.array([0.0, 500.0, 100.0]),
         np.array([200.0, 900.0, 2000.0]),
         t0=50.0,
         t1=1000.0,
     )
-    assert timeline.remaining("a", 100.0) == pytest.approx(100.0)
-    assert timeline.remaining("a", 300.0) == 0.0
-    assert timeline.remaining("a", 500.0) == pytest.approx(400.0)
-    assert timeline.remaining("a", 900.0) == 0.0
-    assert timeline.remaining("c", 0.0) == 0.0
-    assert timeline.remaining("b", 100.0) == pytest.approx(900.0)  # clipped at t1
+
+    def rem(node: int, t: float) -> float:
+        return float(timeline.remaining(np.array([node]), t)[0])
+
+    assert rem(0, 100.0) == pytest.approx(100.0)
+    assert rem(0, 300.0) == 0.0
+    assert rem(0, 500.0) == pytest.approx(400.0)
+    assert rem(0, 900.0) == 0.0
+    assert rem(2, 100.0) == 0.0  # a node that is never idle
+    assert rem(1, 100.0) == pytest.approx(900.0)  # clipped at t1
+    assert rem(1, 60.0) == 0.0  # before its interval
+    both = timeline.remaining(np.array([1, 0]), 150.0)
+    assert both.tolist() == [850.0, 50.0]
     assert sorted(timeline.lengths().tolist()) == [150.0, 400.0, 900.0]
 
 
 def test_policy_places_blocks_only_on_free_nodes_and_long_predictions() -> None:
-    timeline = IdleTimeline(np.array(["a"]), np.array([0.0]), np.array([1000.0]), t1=5000.0)
-    state = PolicyState.empty()
-    state.place("a", 0.0, 30.0, timeline, COSTS)  # shorter than the start-up: no block
-    assert state.free("a", 0.0) and not state.predicted
-    state.place("a", 0.0, 400.0, timeline, COSTS)
-    assert not state.free("a", 399.0) and state.free("a", 400.0)
-    state.place("a", 400.0, 9000.0, timeline, COSTS)
-    assert state.free("a", 1000.0)
+    timeline = IdleTimeline(np.array([0]), np.array([0.0]), np.array([1000.0]), 0.0, 5000.0)
+    state = PolicyState(1)
+    node = np.array([0])
+    nodes, wake = state.place(node, 0.0, np.array([30.0]), timeline, COSTS)  # below start-up
+    assert state.free(node, 0.0)[0] and len(nodes) == 0
+    nodes, wake = state.place(node, 0.0, np.array([400.0]), timeline, COSTS)
+    assert nodes.tolist() == [0] and wake.tolist() == [400.0]  # ends while still idle
+    assert not state.free(node, 399.0)[0] and state.free(node, 400.0)[0]
+    state.place(node, 100.0, np.array([400.0]), timeline, COSTS)  # holds a block: ignored
+    nodes, _ = state.place(node, 400.0, np.array([9000.0]), timeline, COSTS)
+    assert len(nodes) == 0 and state.free(node, 1000.0)[0]
     out = state.summary(COSTS)
     assert out["blocks"] == 2 and out["over_predicted"] == 1

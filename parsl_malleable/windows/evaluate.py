@@ -1,0 +1,302 @@
+"""Replay a trace, predict every idle node's window at its events, and score the predictions.
+
+One pass over the replay's scheduling events serves three harvesting policies at once
+(:mod:`parsl_malleable.windows.accounting`): blocks sized by the corrected prediction (the
+chosen quantile), by the naive planner (limits only), and an oracle that knows each window.
+At every scheduling event where some node is idle, the state becomes a :class:`Snapshot` and
+goes through the same :class:`WindowPredictor` the provider uses; every idle hole node's
+prediction is compared with what actually happened.
+
+A block that ends while its node is still idle is a decision point of its own (the provider
+sees its block finish). No scheduling event happened since the last prediction, so the state
+is unchanged: the provider reuses that prediction's draws, keeping only those in which the
+node is still idle, instead of planning again.
+
+Sampling: a year of a large machine has tens of thousands of events at ~0.1 s per prediction,
+so the evaluation covers ``segments`` contiguous runs of ``segment_events`` events, spread
+evenly over the trace after the warm-up. Blocks, oracle and accuracy all use the same runs.
+The early-end and arrival models are learned online: at the start of each run and every
+``refit_every`` seconds, from the jobs that had ended (been submitted) by then.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from parsl_malleable.sim.simulate import SimResult, simulate
+from parsl_malleable.traces.schema import JobTrace
+from parsl_malleable.windows.accounting import (
+    BlockCosts,
+    IdleTimeline,
+    PolicyState,
+    block_harvest,
+    oracle_harvest,
+)
+from parsl_malleable.windows.arrivals import ArrivalModel
+from parsl_malleable.windows.predict import WindowPredictor
+from parsl_malleable.windows.replay import ReplayState
+from parsl_malleable.windows.runtime_model import RuntimeRatioModel
+
+POLICY_NAMES = ("corrected", "naive")
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """Settings of one evaluation (see ``docs/windows.md``)."""
+
+    policy: str = "easy"
+    quantile: float = 0.1
+    costs: BlockCosts = field(default_factory=BlockCosts)
+    samples: int = 16
+    horizon: float = 86400.0
+    warmup: float = 0.1  # fraction of the trace used only to learn and to fill the machine
+    refit_every: float = 86400.0
+    segments: int = 4
+    segment_events: int | None = 500  # None: one run over every event after the warm-up
+    arrivals: bool = True  # resample recent submissions as future jobs
+    max_pending: int | None = 1000  # plan only the head of very long queues (speed)
+    seed: int = 0
+
+
+@dataclass
+class EvalResult:
+    """Scores of one evaluation. ``pairs`` holds every (predicted, actual) comparison."""
+
+    trace: str
+    config: EvalConfig
+    periods: list[tuple[float, float]]
+    events: int
+    predictions: int
+    seconds: float
+    pairs: pd.DataFrame
+    harvest: dict[str, dict]
+    oracle_node_hours: float
+
+    def table(self) -> pd.DataFrame:
+        """One row per predictor: accuracy and harvest figures."""
+        rows = []
+        pairs = self.pairs[~self.pairs["censored"]]
+        for name in POLICY_NAMES:
+            err = pairs[name] - pairs["actual"]
+            h = self.harvest[name]
+            harvest_h = h["harvest"] / 3600
+            label = f"corrected q={self.config.quantile:g}" if name == "corrected" else name
+            rows.append(
+                {
+                    "predictor": label,
+                    "windows": len(pairs),
+                    "median_abs_error_h": float(np.median(np.abs(err))) / 3600
+                    if len(err)
+                    else math.nan,
+                    "over_predicted": float(np.mean(err > 0)) if len(err) else math.nan,
+                    "blocks": h["blocks"],
+                    "harvest_node_h": harvest_h,
+                    "of_oracle": harvest_h / self.oracle_node_hours
+                    if self.oracle_node_hours > 0
+                    else math.nan,
+                    "lost_fraction": h["lost"] / h["harvest"] if h["harvest"] > 0 else math.nan,
+                }
+            )
+        return pd.DataFrame(rows)
+
+
+def _history(state: ReplayState, jobs: pd.DataFrame) -> pd.DataFrame:
+    rows = state.rows
+    return pd.DataFrame(
+        {
+            "submit": state.submit[rows],
+            "start": state.start[rows],
+            "end": state.end[rows],
+            "walltime": state.walltime[rows],
+            "nodes": jobs["nodes"].to_numpy()[rows],
+            "queue": jobs["queue"].astype(str).to_numpy()[rows],
+            "user": jobs["user"].astype(str).to_numpy()[rows],
+        }
+    )
+
+
+def _refit(predictor: WindowPredictor, history: pd.DataFrame, t: float, arrivals: bool) -> None:
+    ended = history[history["end"].to_numpy() <= t]
+    predictor.model = RuntimeRatioModel.fit(ended)
+    predictor.arrivals = ArrivalModel.fit(history, t) if arrivals else None
+
+
+def _periods(times: np.ndarray, first: float, last: float, config: EvalConfig) -> list:
+    t0 = first + config.warmup * (last - first)
+    usable = times[(times >= t0) & (times < last)]
+    n = config.segment_events
+    if n is None or len(usable) <= n * config.segments:
+        return [usable] if len(usable) else []
+    starts = ((np.arange(config.segments) + 0.5) / config.segments * (len(usable) - n)).astype(int)
+    return [usable[s : s + n + 1] for s in starts]
+
+
+def evaluate(
+    trace: JobTrace, config: EvalConfig | None = None, sim: SimResult | None = None
+) -> EvalResult:
+    """Replay ``trace`` under ``config.policy`` and score the window predictions."""
+    config = config or EvalConfig()
+    t_start = time.perf_counter()
+    sim = sim or simulate(trace, config.policy)
+    state = ReplayState(trace, sim)
+    history = _history(state, trace.jobs)
+    idle = sim.idle_arrays()
+    periods = _periods(
+        state.event_times(), float(sim.stats.window_start), float(sim.stats.window_end), config
+    )
+    predictor = WindowPredictor(
+        samples=config.samples,
+        horizon=config.horizon,
+        seed=config.seed,
+        max_pending=config.max_pending,
+    )
+    totals: dict[str, list] = {name: [] for name in POLICY_NAMES}
+    pairs: list[pd.DataFrame] = []
+    oracle = 0.0
+    events = predictions = 0
+    spans: list[tuple[float, float]] = []
+    for times in periods:
+        t0, t1 = float(times[0]), float(times[-1]) if len(times) > 1 else float(times[0]) + 1
+        if len(times) > 1:
+            times = times[:-1]  # the last event only closes the period
+        timeline = IdleTimeline(*idle, t0, t1)
+        oracle += oracle_harvest(timeline.lengths(), config.costs)
+        run = _Run(state, predictor, timeline, config, sim.nodes)
+        next_fit = t0
+        for t in times:
+            if t >= next_fit:
+                _refit(predictor, history, float(t), config.arrivals)
+                next_fit = float(t) + config.refit_every
+            run.native_event(float(t))
+        run.finish()
+        events += len(times)
+        predictions += run.predictions
+        pairs.append(run.pairs_frame())
+        for name in POLICY_NAMES:
+            totals[name].append(run.policies[name])
+        spans.append((t0, t1))
+    harvest = {name: _merge([p.summary(config.costs) for p in totals[name]]) for name in totals}
+    return EvalResult(
+        trace=trace.machine.name,
+        config=config,
+        periods=spans,
+        events=events,
+        predictions=predictions,
+        seconds=time.perf_counter() - t_start,
+        pairs=pd.concat(pairs, ignore_index=True) if pairs else _empty_pairs(),
+        harvest=harvest,
+        oracle_node_hours=oracle / 3600,
+    )
+
+
+def _merge(parts: list[dict]) -> dict:
+    if not parts:
+        return block_harvest(np.empty(0), np.empty(0), BlockCosts())
+    return {k: sum(p[k] for p in parts) for k in parts[0]}
+
+
+def _empty_pairs() -> pd.DataFrame:
+    return pd.DataFrame(
+        {c: pd.Series(dtype=float) for c in ("t", "node", "naive", "corrected", "actual")}
+        | {"censored": pd.Series(dtype=bool)}
+    )
+
+
+class _Run:
+    """One contiguous evaluation period: its policies, draws cache and comparisons."""
+
+    def __init__(
+        self,
+        state: ReplayState,
+        predictor: WindowPredictor,
+        timeline: IdleTimeline,
+        config: EvalConfig,
+        n_nodes: int,
+    ) -> None:
+        self.state = state
+        self.predictor = predictor
+        self.timeline = timeline
+        self.config = config
+        self.policies = {name: PolicyState(n_nodes) for name in POLICY_NAMES}
+        self.wakeups: list[tuple[float, int]] = []  # (time, node) of corrected blocks ending
+        # absolute window ends of the last prediction, per node: naive and the draws
+        self.naive_end = np.full(n_nodes, -math.inf)
+        self.draw_end = np.full((max(config.samples, 1), n_nodes), -math.inf)
+        self.predictions = 0
+        self._pairs: list[tuple[np.ndarray, ...]] = []
+
+    def native_event(self, t: float) -> None:
+        """Process block endings before ``t``, then the scheduling event at ``t``."""
+        self._wake_until(t)
+        self.state.advance(t)
+        idle = self.state.idle_ids()
+        if not len(idle):
+            return
+        nw = self.predictor.node_windows(self.state.snapshot(self.config.policy))
+        self.predictions += 1
+        ids = self.state.ids_of(nw.names)
+        self.naive_end[idle] = t  # idle but taken now: not a hole
+        self.draw_end[:, idle] = t
+        self.naive_end[ids] = t + nw.naive
+        corrected = nw.length(self.config.quantile)
+        if nw.samples.shape[0]:
+            self.draw_end[: nw.samples.shape[0], ids] = t + nw.samples
+        else:
+            self.draw_end[:, ids] = t + nw.naive
+        actual = self.timeline.remaining(ids, t)
+        seen = actual > 0
+        horizon = self.config.horizon
+        capped = np.minimum(actual, horizon)
+        self._pairs.append(
+            (
+                np.full(int(seen.sum()), t),
+                ids[seen],
+                nw.naive[seen],
+                corrected[seen],
+                capped[seen],
+                (t + actual[seen] >= self.timeline.t1) & (actual[seen] < horizon),
+            )
+        )
+        self._place("naive", ids, t, nw.naive)
+        self._place("corrected", ids, t, corrected)
+
+    def _place(self, name: str, ids: np.ndarray, t: float, lengths: np.ndarray) -> None:
+        nodes, wake = self.policies[name].place(ids, t, lengths, self.timeline, self.config.costs)
+        for node, w in zip(nodes.tolist(), wake.tolist(), strict=True):
+            if w < self.timeline.t1:
+                heapq.heappush(self.wakeups, (w, node if name == "corrected" else ~node))
+
+    def _wake_until(self, t_next: float) -> None:
+        while self.wakeups and self.wakeups[0][0] < t_next:
+            w, code = heapq.heappop(self.wakeups)
+            name, node = ("corrected", code) if code >= 0 else ("naive", ~code)
+            if name == "naive":
+                length = self.naive_end[node] - w
+            else:
+                left = self.draw_end[:, node] - w
+                left = left[left > 0]  # draws in which the node is still idle
+                length = (
+                    float(np.quantile(left, self.config.quantile, method="lower"))
+                    if len(left)
+                    else 0.0
+                )
+            self._place(name, np.array([node]), w, np.array([length]))
+
+    def finish(self) -> None:
+        """Process the block endings left before the period's end."""
+        self._wake_until(self.timeline.t1)
+
+    def pairs_frame(self) -> pd.DataFrame:
+        """Every comparison of this run."""
+        if not self._pairs:
+            return _empty_pairs()
+        cols = [np.concatenate(c) for c in zip(*self._pairs, strict=True)]
+        return pd.DataFrame(
+            dict(zip(("t", "node", "naive", "corrected", "actual", "censored"), cols, strict=True))
+        )

@@ -1,0 +1,155 @@
+"""``predict(snapshot, quantile)``: idle windows for the provider, with the early-end correction.
+
+Each idle node's window is a distribution. One draw: sample every running job's end from the
+learned runtime/limit ratios (conditioned on the time it has already run) and every pending
+job's runtime, and play the schedule forward with :func:`~parsl_malleable.windows.planner.first_use`
+(plans still use the limits, as the real scheduler does). The window of quantile ``q`` is the
+``q`` quantile of the node's draws: with ``q = 0.1`` the node stays idle at least that long
+with about 90% probability. Without a model (or with ``samples=0``) the prediction is the naive
+one: everything ends at its limit.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from parsl_malleable.windows.arrivals import ArrivalModel
+from parsl_malleable.windows.planner import PlanInput, first_use, plan_input
+from parsl_malleable.windows.runtime_model import RuntimeRatioModel
+from parsl_malleable.windows.snapshot import Snapshot
+from parsl_malleable.windows.validate import CheckedSnapshot, check_snapshot
+from parsl_malleable.windows.window import Window, group_windows
+
+DEFAULT_HORIZON = 7 * 86400.0
+
+
+@dataclass
+class NodeWindows:
+    """Per idle node: the naive window and the sampled windows (seconds from ``now``).
+
+    ``names`` excludes nodes that a pending job takes now (they are not holes). ``samples`` has
+    shape ``(draws, len(names))``; with no draws it has zero rows and :meth:`length` falls back
+    to ``naive``. Lengths are capped at ``horizon``.
+    """
+
+    now: float
+    names: list[str]
+    naive: np.ndarray
+    samples: np.ndarray
+    horizon: float
+    checked: CheckedSnapshot
+
+    def length(self, quantile: float) -> np.ndarray:
+        """Per node, the ``quantile`` of its window length, at most the naive window."""
+        if not 0.0 <= quantile <= 1.0:
+            raise ValueError(f"quantile must be in [0, 1], got {quantile}")
+        if self.samples.shape[0] == 0:
+            return self.naive.copy()
+        # never promise a node past the scheduler's current plan for it
+        return np.minimum(np.quantile(self.samples, quantile, axis=0, method="lower"), self.naive)
+
+
+@dataclass
+class WindowPredictor:
+    """Predicts idle windows from snapshots with a learned early-end model.
+
+    ``model``: runtime/limit ratios (:meth:`RuntimeRatioModel.fit` on the site's job history);
+    ``arrivals``: recent submissions to resample as future jobs (:meth:`ArrivalModel.fit`);
+    ``samples``: Monte-Carlo draws per prediction; ``horizon``: longest window reported
+    (nodes that no known job needs get it); ``seed``: draws are reproducible per snapshot time.
+    """
+
+    model: RuntimeRatioModel | None = None
+    arrivals: ArrivalModel | None = None
+    samples: int = 32
+    horizon: float = DEFAULT_HORIZON
+    seed: int = 0
+    max_pending: int | None = None
+
+    def node_windows(self, snapshot: Snapshot) -> NodeWindows:
+        """The per-node windows of every idle node that is a hole."""
+        checked = check_snapshot(snapshot)
+        if self.max_pending is not None and len(checked.pending) > self.max_pending:
+            # jobs that deep in the queue rarely start within the horizon; planning them
+            # costs time on every draw
+            checked.notes.append(f"planned only the first {self.max_pending} pending jobs")
+            checked.pending = checked.pending[: self.max_pending]
+            checked.pending_limits = checked.pending_limits[: self.max_pending]
+        plan = plan_input(checked)
+        now = plan.now
+        naive_end = first_use(plan, plan.naive_run())
+        hole = naive_end > now
+        naive = np.minimum(naive_end[hole] - now, self.horizon)
+        names = [n for n, h in zip(plan.idle_names, hole, strict=True) if h]
+        corrected = (self.model is not None and self.model.fitted) or self.arrivals is not None
+        draws = self.samples if corrected else 0
+        sampled = np.empty((draws, len(names)))
+        if draws and len(names):
+            rng = np.random.default_rng([self.seed, int(now) & 0xFFFFFFFF])
+            runs = self._draw_runs(plan, draws, rng)
+            for d in range(draws):
+                future = self.arrivals.sample(now, self.horizon, rng) if self.arrivals else None
+                used = first_use(plan, runs[d], future)[hole]
+                sampled[d] = np.minimum(used - now, self.horizon)
+        return NodeWindows(now, names, naive, sampled, self.horizon, checked)
+
+    def _draw_runs(self, plan: PlanInput, draws: int, rng: np.random.Generator) -> np.ndarray:
+        if self.model is None:
+            return np.repeat(plan.naive_run()[None, :], draws, axis=0)
+        ends = self.model.sample_ends(
+            plan.running_keys, plan.running_starts, plan.running_limits, plan.now, draws, rng
+        )
+        runtimes = self.model.sample_runtimes(plan.pending_keys, plan.pending_limits, draws, rng)
+        pre = np.maximum(ends - plan.now, 0.0)
+        return np.concatenate([pre, runtimes], axis=1)
+
+    def predict(
+        self,
+        snapshot: Snapshot,
+        quantile: float = 0.1,
+        *,
+        min_length: float = 0.0,
+        rel_tol: float = 0.1,
+        abs_tol: float = 300.0,
+    ) -> list[Window]:
+        """Windows of the idle nodes, grouped into blocks (see :func:`predict`)."""
+        nw = self.node_windows(snapshot)
+        lengths = nw.length(quantile)
+        samples = nw.samples if nw.samples.shape[0] else None
+        return group_windows(
+            nw.names,
+            lengths,
+            samples,
+            nw.now,
+            rel_tol=rel_tol,
+            abs_tol=abs_tol,
+            min_length=max(min_length, math.ulp(0.0)),
+        )
+
+
+def predict(
+    snapshot: Snapshot,
+    quantile: float = 0.1,
+    *,
+    model: RuntimeRatioModel | None = None,
+    arrivals: ArrivalModel | None = None,
+    samples: int = 32,
+    horizon: float = DEFAULT_HORIZON,
+    min_length: float = 0.0,
+    seed: int = 0,
+) -> list[Window]:
+    """Idle windows of ``snapshot``'s idle nodes, grouped into blocks.
+
+    Each :class:`Window` covers nodes whose ``quantile`` window lengths are close; it ends at
+    the shortest of them, and ``confidence`` is the smallest member's sampled probability of
+    staying idle that long (1.0 for the naive prediction). Nodes a pending job takes now, and
+    windows shorter than ``min_length``, are left out. ``model=None`` gives the naive planner
+    (running jobs end at their limits); ``arrivals`` adds sampled future submissions.
+    """
+    predictor = WindowPredictor(
+        model=model, arrivals=arrivals, samples=samples, horizon=horizon, seed=seed
+    )
+    return predictor.predict(snapshot, quantile, min_length=min_length)
