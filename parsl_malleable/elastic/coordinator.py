@@ -248,16 +248,19 @@ class Coordinator:
             return self._current.world_size if self._current is not None else 0
 
     def wait_for(self, predicate: Callable[[Coordinator], bool], timeout_s: float) -> bool:
-        """Block until ``predicate(self)`` holds (checked on every change); False on timeout."""
+        """Block until ``predicate(self)`` holds (checked on every change); False on timeout.
+
+        The predicate runs without the coordinator's lock held, so it may do anything,
+        including talking to the coordinator over the network.
+        """
         deadline = time.monotonic() + timeout_s
-        with self._cond:
-            while True:
-                # The predicate calls locking accessors: the condition's lock is re-entrant.
-                if predicate(self):
-                    return True
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
+        while True:
+            if predicate(self):
+                return True
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            with self._cond:
                 self._cond.wait(min(left, 0.2))
 
     def resumed_at(self, world_size: int, min_step: int = 0) -> bool:
