@@ -1,0 +1,66 @@
+"""Resuming from disk when no rank is left: newest good checkpoint used, other models refused.
+
+Ranks run as threads of the test process (a group of one), which is enough to exercise the
+runtime's disk path end to end without starting processes.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+from apps.digits import train_elastic
+from parsl_malleable.elastic.checkpoint import CheckpointStore
+from parsl_malleable.elastic.coordinator import Coordinator
+from parsl_malleable.elastic.rank import RankOutcome, RankSettings, RankSpec, run_rank
+from parsl_malleable.elastic.torch_backend import TorchRendezvousHost
+from parsl_malleable.errors import CheckpointError
+
+
+def _run_job(ckpt: Path, **kwargs: Any) -> tuple[Coordinator, RankOutcome | BaseException]:
+    coordinator = Coordinator(TorchRendezvousHost(), settle_s=0.0)
+    coordinator.start()
+    host, port = coordinator.address
+    settings = RankSettings(checkpoint_dir=str(ckpt), checkpoint_every=10, keep_checkpoints=5)
+    spec = RankSpec(host, port, coordinator.token, settings)
+    box: list[RankOutcome | BaseException] = []
+
+    def rank() -> None:
+        try:
+            box.append(run_rank(spec, train_elastic, (), kwargs))
+        except BaseException as exc:  # the error a Parsl task would carry
+            box.append(exc)
+
+    thread = threading.Thread(target=rank)
+    thread.start()
+    thread.join(timeout=120)
+    coordinator.close()
+    assert box, "rank did not finish"
+    return coordinator, box[0]
+
+
+def test_truncated_newest_checkpoint_falls_back_to_previous_good_one(tmp_path):
+    _, first = _run_job(tmp_path, epochs=1, batch_size=64)  # 22 steps: saves 10, 20, 22
+    assert isinstance(first, RankOutcome) and first.status == "finished"
+    store = CheckpointStore(tmp_path, keep=5)
+    steps = [info.step for info in store.list()]
+    assert steps == [10, 20, 22]
+    newest = store.list()[-1].path
+    newest.write_bytes(newest.read_bytes()[:100])  # a crash mid-copy, a full disk
+
+    coordinator, second = _run_job(tmp_path, epochs=2, batch_size=64)
+    assert isinstance(second, RankOutcome) and second.status == "finished"
+    assert coordinator.epochs()[0]["start_step"] == 21  # resumed after step 20, not 0 or 22
+    # The sample counter travelled in the checkpoint: two epochs, each sample once per epoch.
+    assert second.value["samples_seen"] == 2 * 1347
+
+
+def test_checkpoint_of_another_model_is_refused_with_both_fingerprints(tmp_path):
+    _, first = _run_job(tmp_path, epochs=1, batch_size=128, hidden=(32,))
+    assert isinstance(first, RankOutcome)
+    coordinator, second = _run_job(tmp_path, epochs=1, batch_size=128, hidden=(48,))
+    assert isinstance(second, CheckpointError)
+    assert "fingerprint" in str(second)
+    assert coordinator.outcome == "aborted"
+    assert "CheckpointError" in (coordinator.abort_message or "")
