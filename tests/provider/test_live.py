@@ -87,6 +87,8 @@ def test_a_block_in_the_way_yields_within_one_poll(natives: Natives, providers: 
     assert [d.job_id for d in drained] == [block.job_id]
     assert drained[0].block_id == "0" and drained[0].deadline == block.deadline
     assert wait_for(lambda: provider.ended_as(block.slot_id) is P.TIMEOUT, 30)
+    # USR1 reached the block's batch shell before the cancel (the ranks' cue to checkpoint).
+    assert (Path(provider.script_dir) / f"usr1-{block.job_id}").exists()
 
 
 def test_status_mapping_cancelled_and_vanished(
@@ -184,6 +186,8 @@ def test_walltime_expiry_is_timeout(natives: Natives, providers: Make) -> None:
     status = provider.status([slot])[0]
     assert status.state is P.TIMEOUT, status.message
     assert "walltime reached" in (status.message or "")
+    # --signal=B:USR1@<signal_margin_s> reached the batch shell before the end.
+    assert (Path(provider.script_dir) / f"usr1-{record.job_id}").exists()
 
 
 def test_a_demand_callback_decides_the_node_count(natives: Natives, providers: Make) -> None:
