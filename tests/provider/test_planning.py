@@ -70,3 +70,30 @@ def test_queued_job_that_starts_now_leaves_no_hole() -> None:
     snap = machine([native("r1", ("n1", "n2"), 540)], [queued("small", 2, 300)])
     nodes = sorted(n for b in plan_blocks(snap, 6, PROFILE, NAIVE) for n in b.node_ids)
     assert nodes == ["n5", "n6"]
+
+
+def test_a_learned_model_shortens_blocks_never_lengthens_them() -> None:
+    import pandas as pd
+
+    from parsl_malleable.windows.runtime_model import RuntimeRatioModel
+
+    # History: every job used half of its limit.
+    limits = [3600.0] * 60
+    history = pd.DataFrame(
+        {
+            "start": [0.0] * 60,
+            "end": [x / 2 for x in limits],
+            "walltime": limits,
+            "nodes": [2] * 60,
+            "queue": ["batch"] * 60,
+            "user": ["alice"] * 60,
+        }
+    )
+    learned = WindowPredictor(model=RuntimeRatioModel.fit(history), samples=16)
+    snap = machine([native("r1", ("n1", "n2"), 3540)], [queued("big", 6, 600)])
+    naive = plan_blocks(snap, 4, PROFILE, NAIVE)
+    shorter = plan_blocks(snap, 4, PROFILE, learned)
+    assert {b.walltime_s for b in naive} == {3480.0}
+    # r1 is expected to end halfway (1800 s after its start, 1740 s from now): the block
+    # ends a margin before that, so a yield is unlikely.
+    assert shorter and all(b.walltime_s <= 1740 - 60 for b in shorter)
