@@ -83,7 +83,7 @@ class BackfillProvider(ExecutionProvider, RepresentationMixin):
 
     def __init__(
         self,
-        profile: SiteProfile | str | Path = "slurm-test",
+        profile: SiteProfile | str | Path,
         *,
         label: str = "backfill",
         scheduler: BlockScheduler | None = None,
