@@ -112,6 +112,7 @@ class Coordinator:
         self._epochs: list[EpochRecord] = []
         self._current: EpochRecord | None = None
         self._saving: set[str] = set()
+        self._liveness: dict[str, socket.socket] = {}
         self._events: list[dict[str, Any]] = []
         self._last_registration = 0.0
         self._outcome: str | None = None  # "done" or "aborted"
@@ -316,10 +317,27 @@ class Coordinator:
                 return
             member.alive = False
             self._saving.discard(member_id)
+            self._liveness.pop(member_id, None)
+            peers: list[socket.socket] = []
+            notice: dict[str, Any] = {}
+            cur = self._current
             if not member.gone and self._outcome is None:
                 self._event("lost", member=member_id, why=why)
+                if cur is not None and member_id in cur.members:
+                    peers = [self._liveness[i] for i in cur.members if i in self._liveness]
+                    notice = {"notice": "peer_lost", "epoch": cur.number, "member": member_id}
             self._reconcile()
             self._cond.notify_all()
+        # Survivors blocked in a collective that cannot notice the loss by itself (Horovod
+        # waits for its timeout) can give up at once; sent outside the lock, a slow peer
+        # must not stall the coordinator.
+        for sock in peers:
+            with contextlib.suppress(OSError):
+                send_message(sock, notice)
+
+    def _liveness_opened(self, member_id: str, sock: socket.socket) -> None:
+        with self._cond:
+            self._liveness[member_id] = sock
 
     def _register(self, member_id: str, message: dict[str, Any]) -> dict[str, Any]:
         with self._cond:
@@ -590,6 +608,7 @@ class _Handler(socketserver.StreamRequestHandler):
         coordinator = self.server.coordinator
         send_message(sock, {"ok": True})
         sock.settimeout(coordinator.heartbeat_timeout_s)
+        coordinator._liveness_opened(member_id, sock)
         why = "connection closed"
         try:
             while reader.read() is not None:

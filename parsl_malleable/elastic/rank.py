@@ -107,10 +107,15 @@ class RankContext:
             pid=os.getpid(),
             block=os.environ.get("PARSL_WORKER_BLOCK_ID"),
         )
-        self._heartbeat = Heartbeat(
-            spec.host, spec.port, spec.token, self.member_id, spec.settings.heartbeat_interval_s
-        )
         self._backend = get_backend(spec.settings.backend)
+        self._heartbeat = Heartbeat(
+            spec.host,
+            spec.port,
+            spec.token,
+            self.member_id,
+            spec.settings.heartbeat_interval_s,
+            on_notice=self._on_notice,
+        )
         directory = spec.settings.checkpoint_dir
         self._store = (
             CheckpointStore(directory, keep=spec.settings.keep_checkpoints) if directory else None
@@ -226,6 +231,16 @@ class RankContext:
         self._client.close()
 
     # -------------------------------------------------------------- internals
+
+    def _on_notice(self, notice: dict[str, Any]) -> None:
+        """A peer of the current epoch died: let the backend abandon a blocked collective.
+
+        Optional for backends: one with an ``abort(reason)`` method (safe to call from another
+        thread) makes the pending collective raise now instead of at its timeout.
+        """
+        abort = getattr(self._backend, "abort", None)
+        if notice.get("notice") == "peer_lost" and notice.get("epoch") == self.epoch and abort:
+            abort(f"member {notice.get('member')} of epoch {self.epoch} was lost")
 
     def _obey(self, assignment: dict[str, Any], state: ElasticState) -> None:
         action = assignment.get("action")

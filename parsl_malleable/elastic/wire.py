@@ -6,9 +6,11 @@ job's secret token, so a stray client (or another job's rank) cannot change a jo
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from parsl_malleable.errors import MalleableError
@@ -91,7 +93,13 @@ class Heartbeat:
     """
 
     def __init__(
-        self, host: str, port: int, token: str, member_id: str, interval_s: float = 1.0
+        self,
+        host: str,
+        port: int,
+        token: str,
+        member_id: str,
+        interval_s: float = 1.0,
+        on_notice: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
         self._sock = _connect(host, port, 10.0)
         self._reader = LineReader(self._sock)
@@ -99,9 +107,21 @@ class Heartbeat:
         if self._reader.read() is None:
             raise CoordinatorUnavailable(f"coordinator {host}:{port} refused liveness connection")
         self._interval = interval_s
+        self._on_notice = on_notice
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="elastic-heartbeat", daemon=True)
         self._thread.start()
+        self._listener = threading.Thread(target=self._listen, name="elastic-notices", daemon=True)
+        self._listener.start()
+
+    def _listen(self) -> None:
+        """Notices pushed by the coordinator (a peer of this epoch was lost)."""
+        try:
+            while (notice := self._reader.read()) is not None:
+                if self._on_notice is not None:
+                    self._on_notice(notice)
+        except (OSError, ValueError):
+            return
 
     def _run(self) -> None:
         while not self._stop.wait(self._interval):
@@ -113,6 +133,9 @@ class Heartbeat:
     def close(self) -> None:
         """Stop pinging and close the connection."""
         self._stop.set()
+        # shutdown() first: close() alone waits for the listener's blocked recv to return.
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)
         self._sock.close()
 
 

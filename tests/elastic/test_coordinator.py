@@ -22,7 +22,10 @@ class Rank:
         self.name = name
         self.client = CoordinatorClient(host, port, coordinator.token)
         self.client.request("register", member=name, host="h", pid=1, block=f"b-{name}")
-        self.heartbeat = Heartbeat(host, port, coordinator.token, name, interval_s=0.2)
+        self.notices: list[dict[str, Any]] = []
+        self.heartbeat = Heartbeat(
+            host, port, coordinator.token, name, interval_s=0.2, on_notice=self.notices.append
+        )
 
     def req(self, op: str, **fields: Any) -> dict[str, Any]:
         return self.client.request(op, member=self.name, **fields)
@@ -79,6 +82,9 @@ def test_grow_drain_and_loss_form_new_epochs(coordinator):
         lambda co: not next(m for m in co.members() if m.member_id == "b").alive, 5
     )
     assert a.req("poll", epoch=3, step=4)["change"]
+    # The survivor was told at once (a backend blocked in a collective can give up now).
+    assert coordinator.wait_for(lambda co: bool(a.notices), 5)
+    assert a.notices == [{"notice": "peer_lost", "epoch": 3, "member": "b"}]
     fourth = a.report(3, 4, reason="failure")
     assert fourth["world_size"] == 1 and fourth["rank"] == 0
     kinds = [e["event"] for e in coordinator.events()]
