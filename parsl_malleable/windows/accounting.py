@@ -155,13 +155,17 @@ class PolicyState:
         early = lengths < actual
         return nodes[early], t + lengths[early]
 
-    def summary(self, costs: BlockCosts) -> dict:
-        """:func:`block_harvest` of every block placed."""
+    def blocks(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(predicted, actual, censored)`` of every block placed."""
         if not self._predicted:
-            return block_harvest(np.empty(0), np.empty(0), costs)
-        return block_harvest(
+            return np.empty(0), np.empty(0), np.empty(0, dtype=bool)
+        return (
             np.concatenate(self._predicted),
             np.concatenate(self._actual),
-            costs,
             np.concatenate(self._censored),
         )
+
+    def summary(self, costs: BlockCosts) -> dict:
+        """:func:`block_harvest` of every block placed."""
+        predicted, actual, censored = self.blocks()
+        return block_harvest(predicted, actual, costs, censored)

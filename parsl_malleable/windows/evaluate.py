@@ -77,6 +77,16 @@ class EvalResult:
     pairs: pd.DataFrame
     harvest: dict[str, dict]
     oracle_node_hours: float
+    blocks: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]
+
+    def reaccount(self, costs: BlockCosts) -> dict[str, dict]:
+        """The harvest of the same blocks under other costs: a longer commit interval makes
+        yields dearer. (The start-up also decides which predictions get a block; changing it
+        here only changes the charge.)"""
+        return {
+            name: block_harvest(predicted, actual, costs, censored)
+            for name, (predicted, actual, censored) in self.blocks.items()
+        }
 
     def table(self) -> pd.DataFrame:
         """One row per predictor: accuracy and harvest figures."""
@@ -181,7 +191,15 @@ def evaluate(
         for name in POLICY_NAMES:
             totals[name].append(run.policies[name])
         spans.append((t0, t1))
-    harvest = {name: _merge([p.summary(config.costs) for p in totals[name]]) for name in totals}
+    blocks = {
+        name: tuple(
+            np.concatenate(part) for part in zip(*(p.blocks() for p in states), strict=True)
+        )
+        if states
+        else (np.empty(0), np.empty(0), np.empty(0, dtype=bool))
+        for name, states in totals.items()
+    }
+    harvest = {name: block_harvest(p, a, config.costs, c) for name, (p, a, c) in blocks.items()}
     return EvalResult(
         trace=trace.machine.name,
         config=config,
@@ -192,13 +210,8 @@ def evaluate(
         pairs=pd.concat(pairs, ignore_index=True) if pairs else _empty_pairs(),
         harvest=harvest,
         oracle_node_hours=oracle / 3600,
+        blocks=blocks,  # type: ignore[arg-type]
     )
-
-
-def _merge(parts: list[dict]) -> dict:
-    if not parts:
-        return block_harvest(np.empty(0), np.empty(0), BlockCosts())
-    return {k: sum(p[k] for p in parts) for k in parts[0]}
 
 
 def _empty_pairs() -> pd.DataFrame:

@@ -64,7 +64,7 @@ class WindowPredictor:
 
     model: RuntimeRatioModel | None = None
     arrivals: ArrivalModel | None = None
-    samples: int = 32
+    samples: int = 16
     horizon: float = DEFAULT_HORIZON
     seed: int = 0
     max_pending: int | None = None
@@ -136,7 +136,7 @@ def predict(
     *,
     model: RuntimeRatioModel | None = None,
     arrivals: ArrivalModel | None = None,
-    samples: int = 32,
+    samples: int = 16,
     horizon: float = DEFAULT_HORIZON,
     min_length: float = 0.0,
     seed: int = 0,

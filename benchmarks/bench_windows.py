@@ -1,0 +1,176 @@
+"""Speed of idle-window prediction, and the accuracy table on the shared traces.
+
+1. One prediction from a snapshot of a 10,000-node machine with 2,000 pending jobs (taken from
+   an EASY replay of a synthetic Lublin-style trace at load 1.3, at the event with the
+   longest queue among those with at least 200 idle nodes, the queue topped up to 2,000 with
+   the next submissions that do not fit now). Timed:
+   the simulator's own one-shot planner ``plan_queue`` (the baseline, measured in the same
+   run), ``predict`` without a model (naive), and ``predict`` with the early-end model and
+   resampled arrivals (16 and 32 draws). Median of ``--repeat`` runs; target: corrected < 0.5 s.
+2. ``--traces``: the evaluation of every shared trace with the CLI defaults (2,000 events in 4
+   runs; ``--all-events`` for wagap and hpc2n, which are cheap), printing the accuracy table,
+   the quantile sweep and the harvest at longer commit intervals, and writing the
+   predicted-vs-actual PNGs to ``docs/img/``.
+
+    python benchmarks/bench_windows.py               # about 30 s
+    python benchmarks/bench_windows.py --traces      # about 5 more minutes on 2 cores
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import REPO, peak_rss_mib, shared_dir
+
+TARGET_S = 0.5
+TRACES = {
+    "theta_2022.swf": None,
+    "UniLu-Gaia-2014-1.swf": None,
+    "hpc2n.swf": "all",
+    "wagap-2013.swf": "all",
+}
+
+
+def big_snapshot(nodes: int = 10_000, pending: int = 2_000):
+    """A live-looking snapshot from a synthetic replay, and the replay state it came from.
+
+    Taken at the event with the longest queue among those with at least 200 idle nodes; the
+    queue is topped up to ``pending`` with the next jobs to be submitted (as if they already
+    had been) and cut there.
+    """
+    from parsl_malleable.sim.simulate import simulate
+    from parsl_malleable.traces.synthetic import synthetic_trace
+    from parsl_malleable.windows.replay import ReplayState
+
+    trace = synthetic_trace(60_000, nodes, seed=7, load=1.3)
+    sim = simulate(trace, "easy")
+    probe = ReplayState(trace, sim)
+    best, best_t = -1, 0.0
+    for t in probe.event_times()[::10]:
+        probe.advance(float(t))
+        if len(probe.idle_ids()) >= 200 and len(probe.queued) > best:
+            best, best_t = len(probe.queued), float(t)
+    state = ReplayState(trace, sim)
+    state.advance(best_t)
+    snap = state.snapshot("easy")
+    idle = len(state.idle_ids())
+    # top-up jobs larger than the idle nodes, so they wait instead of filling the holes now
+    later = [
+        r for r in state.rows if state.submit[r] > best_t and trace.jobs["nodes"].iat[r] > idle
+    ]
+    later = later[: max(0, pending - best)]
+    snap.pending = (snap.pending + [state._pending[int(r)] for r in later])[:pending]
+    return trace, state, snap
+
+
+def median_time(fn, repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def bench_predict(repeat: int) -> None:
+    from parsl_malleable.sim.plan import plan_queue
+    from parsl_malleable.windows.arrivals import ArrivalModel
+    from parsl_malleable.windows.evaluate import _history
+    from parsl_malleable.windows.predict import WindowPredictor
+    from parsl_malleable.windows.runtime_model import RuntimeRatioModel
+
+    t0 = time.perf_counter()
+    trace, state, snap = big_snapshot()
+    history = _history(state, trace.jobs)
+    model = RuntimeRatioModel.fit(history[history["end"] <= snap.now])
+    arrivals = ArrivalModel.fit(history, snap.now)
+    print(
+        f"snapshot: {len(snap.nodes):,} nodes, {len(snap.idle_nodes())} idle, "
+        f"{len(snap.running):,} running, {len(snap.pending):,} pending "
+        f"(built in {time.perf_counter() - t0:.1f} s)"
+    )
+
+    def baseline() -> None:
+        plan_queue(
+            snap.now,
+            snap.idle_nodes(),
+            [(j.start + j.time_limit, j.nodes) for j in snap.running],
+            [(j.num_nodes, j.time_limit) for j in snap.pending],
+            "easy",
+            node_order=[n.name for n in snap.nodes],
+        )
+
+    naive = WindowPredictor()
+    baseline()
+    naive.predict(snap)  # numba functions are loaded; time warm calls
+    t_base = median_time(baseline, repeat)
+    t_naive = median_time(lambda: naive.predict(snap), repeat)
+    print(f"plan_queue (baseline, one plan):   {1000 * t_base:8.1f} ms")
+    print(f"predict naive:                     {1000 * t_naive:8.1f} ms  ({t_naive / t_base:.1f}x)")
+    for draws in (16, 32):
+        corrected = WindowPredictor(model=model, arrivals=arrivals, samples=draws)
+        t_corr = median_time(lambda c=corrected: c.predict(snap, 0.1), repeat)
+        verdict = "PASS" if t_corr < TARGET_S else "FAIL"
+        print(
+            f"predict corrected, {draws} draws:       {1000 * t_corr:8.1f} ms  "
+            f"({t_corr / t_base:.1f}x); target < {TARGET_S} s: {verdict}"
+        )
+    print(f"peak RSS {peak_rss_mib():.0f} MiB")
+
+
+def bench_traces() -> None:
+    import pandas as pd
+
+    from parsl_malleable.sim.simulate import simulate
+    from parsl_malleable.traces.read import read_trace
+    from parsl_malleable.windows.accounting import BlockCosts
+    from parsl_malleable.windows.evaluate import EvalConfig, evaluate
+    from parsl_malleable.windows.plots import plot_predicted_vs_actual
+
+    pd.set_option("display.width", 200)
+    img = REPO / "docs" / "img"
+    img.mkdir(parents=True, exist_ok=True)
+    for name, mode in TRACES.items():
+        trace = read_trace(shared_dir() / "traces" / name)
+        sim = simulate(trace, "easy")
+        for q in (0.1, 0.5):
+            if mode == "all":
+                config = EvalConfig(quantile=q, segments=1, segment_events=None)
+            else:
+                config = EvalConfig(quantile=q)
+            result = evaluate(trace, config, sim=sim)
+            days = sum(b - a for a, b in result.periods) / 86400
+            print(
+                f"\n{name} q={q}: {result.events:,} events ({days:.1f} days), "
+                f"{result.predictions:,} predictions in {result.seconds:.1f} s; "
+                f"oracle {result.oracle_node_hours:,.0f} node-h"
+            )
+            table = result.table()
+            for ci in (600.0, 1800.0):
+                h = result.reaccount(BlockCosts(commit_interval=ci))
+                table[f"of_oracle@{ci:.0f}s"] = [
+                    h[n]["harvest"] / 3600 / result.oracle_node_hours for n in h
+                ]
+                table[f"lost@{ci:.0f}s"] = [h[n]["lost"] / h[n]["harvest"] for n in h]
+            print(table.round(3).to_string(index=False))
+            if q == 0.1:
+                plot_predicted_vs_actual(result, img / f"windows-{name.split('.')[0]}.png")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--traces", action="store_true", help="also evaluate the shared traces")
+    args = parser.parse_args()
+    bench_predict(args.repeat)
+    if args.traces:
+        bench_traces()
+
+
+if __name__ == "__main__":
+    main()
