@@ -24,6 +24,8 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import REPO, peak_rss_mib, shared_dir
 
@@ -60,9 +62,10 @@ def big_snapshot(nodes: int = 10_000, pending: int = 2_000):
     snap = state.snapshot("easy")
     idle = len(state.idle_ids())
     # top-up jobs larger than the idle nodes, so they wait instead of filling the holes now
-    later = [
-        r for r in state.rows if state.submit[r] > best_t and trace.jobs["nodes"].iat[r] > idle
-    ]
+    sizes = trace.jobs["nodes"].to_numpy()
+    big = state.rows[sizes[state.rows] > idle]
+    later = np.concatenate([big[state.submit[big] > best_t], big[state.submit[big] <= best_t]])
+    later = [r for r in later.tolist() if r not in state.queued and r not in state.running]
     later = later[: max(0, pending - best)]
     snap.pending = (snap.pending + [state._pending[int(r)] for r in later])[:pending]
     return trace, state, snap

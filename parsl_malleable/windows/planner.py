@@ -13,7 +13,7 @@ and taken lowest id first, the simulator's rule.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -49,6 +49,17 @@ class PlanInput:
     running_limits: np.ndarray
     pending_keys: list[JobKey]
     pending_limits: np.ndarray
+
+    def keep_pending(self, keep: np.ndarray) -> PlanInput:
+        """The same plan with only the pending jobs where ``keep`` is true."""
+        every = np.concatenate([np.ones(self.n_pre, dtype=bool), np.asarray(keep, dtype=bool)])
+        return replace(
+            self,
+            k=self.k[every],
+            est=self.est[every],
+            pending_keys=[key for key, ok in zip(self.pending_keys, keep, strict=True) if ok],
+            pending_limits=self.pending_limits[np.asarray(keep, dtype=bool)],
+        )
 
     def naive_run(self) -> np.ndarray:
         """Actual durations when every job runs to its limit."""
@@ -116,8 +127,15 @@ def first_use(plan: PlanInput, run: np.ndarray, arrivals: Arrivals | None = None
     never), when the jobs actually last ``run`` seconds from now (pending: from their start)
     and ``arrivals`` are submitted later; capped by reservations. A node taken *now* gets
     ``now``: it is not a hole."""
+    return first_use_and_starts(plan, run, arrivals)[0]
+
+
+def first_use_and_starts(
+    plan: PlanInput, run: np.ndarray, arrivals: Arrivals | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`first_use`, and the planned start of every job of ``plan`` (``inf``: never)."""
     if plan.n_nodes == 0 or len(plan.idle_ids) == 0:
-        return np.full(len(plan.idle_ids), math.inf)
+        return np.full(len(plan.idle_ids), math.inf), np.full(len(plan.k), math.inf)
     submit = np.full(len(plan.k), plan.now)
     run = np.asarray(run, dtype=np.float64)
     est, k = plan.est, plan.k
@@ -149,4 +167,5 @@ def first_use(plan: PlanInput, run: np.ndarray, arrivals: Arrivals | None = None
     for j in np.flatnonzero(start[plan.n_pre :] == plan.now) + plan.n_pre:
         for r in range(run_off[j], run_off[j] + run_cnt[j]):
             taken[run_first[r] : run_first[r] + run_len[r]] = plan.now
-    return np.minimum(taken[plan.idle_ids], plan.cap)
+    starts = np.where(np.isnan(start[: len(plan.k)]), math.inf, start[: len(plan.k)])
+    return np.minimum(taken[plan.idle_ids], plan.cap), starts
