@@ -1,4 +1,13 @@
-"""Idle-window prediction: how long will each idle node stay idle?"""
+"""Idle-window prediction: how long will each idle node stay idle?
+
+The snapshot model is imported eagerly (the scheduler adapters fill it); the predictor, which
+loads the simulator's numba kernel, is imported on first use of its names.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 from parsl_malleable.windows.snapshot import (
     Node,
@@ -9,4 +18,37 @@ from parsl_malleable.windows.snapshot import (
     Snapshot,
 )
 
-__all__ = ["Node", "NodeState", "PendingJob", "Reservation", "RunningJob", "Snapshot"]
+_LAZY = {
+    "predict": "parsl_malleable.windows.predict",
+    "WindowPredictor": "parsl_malleable.windows.predict",
+    "NodeWindows": "parsl_malleable.windows.predict",
+    "Window": "parsl_malleable.windows.window",
+    "RuntimeRatioModel": "parsl_malleable.windows.runtime_model",
+    "ArrivalModel": "parsl_malleable.windows.arrivals",
+    "check_snapshot": "parsl_malleable.windows.validate",
+    "CheckedSnapshot": "parsl_malleable.windows.validate",
+}
+
+__all__ = [
+    "ArrivalModel",
+    "CheckedSnapshot",
+    "Node",
+    "NodeState",
+    "NodeWindows",
+    "PendingJob",
+    "Reservation",
+    "RunningJob",
+    "RuntimeRatioModel",
+    "Snapshot",
+    "Window",
+    "WindowPredictor",
+    "check_snapshot",
+    "predict",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
