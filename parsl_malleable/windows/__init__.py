@@ -1,7 +1,9 @@
 """Idle-window prediction: how long will each idle node stay idle?
 
 The snapshot model is imported eagerly (the scheduler adapters fill it); the predictor, which
-loads the simulator's numba kernel, is imported on first use of its names.
+loads the simulator's numba kernel, is imported on first use of its names. The function
+``predict`` lives in :mod:`parsl_malleable.windows.predict` (a package attribute of that name
+would be shadowed by the submodule).
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ from parsl_malleable.windows.snapshot import (
 )
 
 _LAZY = {
-    "predict": "parsl_malleable.windows.predict",
     "WindowPredictor": "parsl_malleable.windows.predict",
     "NodeWindows": "parsl_malleable.windows.predict",
     "Window": "parsl_malleable.windows.window",
@@ -43,7 +44,6 @@ __all__ = [
     "Window",
     "WindowPredictor",
     "check_snapshot",
-    "predict",
 ]
 
 
@@ -51,4 +51,8 @@ def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+    value = getattr(importlib.import_module(module), name)
+    # importing parsl_malleable.windows.predict binds the submodule to the name "predict"
+    # here; the public name is the function
+    globals()[name] = value
+    return value
