@@ -171,6 +171,7 @@ class ElasticJob:
         self._submitted: dict[str, tuple[AppFuture, float]] = {}
         self._rank_app = python_app(_rank_task, executors=[executor.label])
         self.future: AppFuture | None = None
+        self._dfk = parsl.dfk()
 
     # ------------------------------------------------------------ controls
 
@@ -179,6 +180,10 @@ class ElasticJob:
         blocks = [str(b) for b in block_ids]
         self._drained_blocks.update(blocks)
         return self.coordinator.drain(block_ids=blocks)
+
+    def cancel(self, reason: str = "cancelled by the user") -> None:
+        """Stop training: ranks exit at their next membership check; the future raises."""
+        self.coordinator.abort(reason)
 
     def ranks_submitted(self) -> int:
         """Rank tasks submitted so far."""
@@ -197,11 +202,20 @@ class ElasticJob:
     def _loop(self) -> Any:
         host, port = self.coordinator.address
         while True:
+            if getattr(self._dfk, "cleanup_called", False) and self.coordinator.outcome is None:
+                # The DFK waits for its thread executor's tasks: end instead of blocking it.
+                self.coordinator.abort("the Parsl DataFlowKernel is shutting down")
             if self.coordinator.outcome == "aborted":
                 raise ElasticJobError(self.coordinator.abort_message or "training aborted")
             finished = self._collect()
             if finished is not None:
                 return finished.value
+            if self.coordinator.outcome == "done" and not self._submitted:
+                raise ElasticJobError(
+                    "training finished but the task of rank 0 failed before returning its "
+                    "result (its worker was lost); the final checkpoint is in "
+                    f"{self.options.checkpoint_dir}"
+                )
             if self.coordinator.outcome is None:
                 for _ in range(self._ranks_to_submit()):
                     self._submit(host, port)

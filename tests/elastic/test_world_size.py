@@ -55,7 +55,10 @@ def test_world_size_2_4_1_3_0_2(tmp_path, backend):
             settle_s=3.0,
         )(train_elastic)
         job = app.submit(epochs=EPOCHS, batch_size=BATCH, lr=LR, step_delay_s=0.1)
-        driven = sc.drive(job, progress=5)
+        try:
+            driven = sc.drive(job, progress=5)
+        finally:
+            job.cancel("test over")  # a no-op once training has finished
     finally:
         parsl.dfk().cleanup()
     result = driven["result"]
