@@ -23,7 +23,6 @@ import contextlib
 import logging
 import secrets
 import socket
-import socketserver
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -31,7 +30,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from parsl_malleable.elastic.backend import RendezvousHost, RendezvousInfo
-from parsl_malleable.elastic.wire import LineReader, send_message
+from parsl_malleable.elastic.coordinator_server import CoordinatorServer
+from parsl_malleable.elastic.wire import send_message
 from parsl_malleable.errors import ConfigError
 
 logger = logging.getLogger(__name__)
@@ -117,7 +117,7 @@ class Coordinator:
         self._last_registration = 0.0
         self._outcome: str | None = None  # "done" or "aborted"
         self._abort_message: str | None = None
-        self._server: _Server | None = None
+        self._server: CoordinatorServer | None = None
         self._threads: list[threading.Thread] = []
         self._closed = threading.Event()
 
@@ -128,7 +128,7 @@ class Coordinator:
         if self._server is not None:
             return
         self._rendezvous.start()
-        self._server = _Server(self._bind, self)
+        self._server = CoordinatorServer(self._bind, self)
         serve = threading.Thread(
             target=self._server.serve_forever, name="elastic-coordinator", daemon=True
         )
@@ -335,7 +335,8 @@ class Coordinator:
             with contextlib.suppress(OSError):
                 send_message(sock, notice)
 
-    def _liveness_opened(self, member_id: str, sock: socket.socket) -> None:
+    def liveness_opened(self, member_id: str, sock: socket.socket) -> None:
+        """Remember the liveness connection of ``member_id`` (to push notices on it)."""
         with self._cond:
             self._liveness[member_id] = sock
 
@@ -574,65 +575,3 @@ def info_from_json(data: dict[str, Any]) -> RendezvousInfo:
         world_size=int(data["world_size"]),
         extra=tuple((str(k), str(v)) for k, v in data.get("extra", [])),
     )
-
-
-class _Handler(socketserver.StreamRequestHandler):
-    server: _Server
-
-    def handle(self) -> None:
-        coordinator = self.server.coordinator
-        sock: socket.socket = self.request
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        reader = LineReader(sock)
-        with self.server.connections_lock:
-            self.server.connections.add(sock)
-        try:
-            while True:
-                message = reader.read()
-                if message is None:
-                    return
-                if not secrets.compare_digest(str(message.get("token", "")), coordinator.token):
-                    send_message(sock, {"error": "bad token"})
-                    return
-                if message.get("op") == "liveness":
-                    self._liveness(sock, reader, str(message.get("member")))
-                    return
-                send_message(sock, coordinator.handle(message))
-        except (OSError, ValueError) as exc:
-            logger.debug("coordinator connection ended: %s", exc)
-        finally:
-            with self.server.connections_lock:
-                self.server.connections.discard(sock)
-
-    def _liveness(self, sock: socket.socket, reader: LineReader, member_id: str) -> None:
-        coordinator = self.server.coordinator
-        send_message(sock, {"ok": True})
-        sock.settimeout(coordinator.heartbeat_timeout_s)
-        coordinator._liveness_opened(member_id, sock)
-        why = "connection closed"
-        try:
-            while reader.read() is not None:
-                pass
-        except TimeoutError:
-            why = f"no heartbeat for {coordinator.heartbeat_timeout_s} s"
-        except (OSError, ValueError) as exc:
-            why = f"connection error: {exc}"
-        coordinator.member_lost(member_id, why)
-
-
-class _Server(socketserver.ThreadingTCPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-
-    def __init__(self, address: tuple[str, int], coordinator: Coordinator) -> None:
-        self.coordinator = coordinator
-        self.connections: set[socket.socket] = set()
-        self.connections_lock = threading.Lock()
-        super().__init__(address, _Handler)
-
-    def drop_connections(self) -> None:
-        """Shut down every open rank connection so blocked ranks see the job end."""
-        with self.connections_lock:
-            for sock in list(self.connections):
-                with contextlib.suppress(OSError):
-                    sock.shutdown(socket.SHUT_RDWR)
