@@ -42,6 +42,8 @@ def job_score(
     scale-down pause and runs on what is left, or stops if that is better.
     """
     lengths = classes.lengths
+    if not lengths:
+        return 0.0  # no usable node at all
     n_now = sum(per_class)
     rate_now = job.curve(n_now) if n_now else 0.0
     value = lengths[0] * rate_now

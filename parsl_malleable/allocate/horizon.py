@@ -38,6 +38,8 @@ class HorizonClasses:
     @property
     def lengths(self) -> tuple[float, ...]:
         """Length of each segment."""
+        if not self.ends:
+            return ()
         starts = (0.0, *self.ends[:-1])
         return tuple(e - s for s, e in zip(starts, self.ends, strict=True))
 

@@ -104,3 +104,11 @@ def test_shrink_keeps_a_subset(solver):
     assert alloc.nodes == {"a": 1, "b": 3}
     assert set(alloc.node_ids["a"]) < set(a.current_nodes)
     assert set(alloc.node_ids["b"]) == set(alloc.released["a"])
+
+
+@pytest.mark.parametrize("solver", [*SOLVERS, "greedy"])
+def test_empty_inputs(solver):
+    assert allocate([], nodes(3), solver=solver).nodes == {}
+    job = linear_job("j", 10.0)
+    alloc = allocate([job], [], solver=solver)
+    assert alloc.nodes == {"j": 0} and alloc.total_nodes == 0
