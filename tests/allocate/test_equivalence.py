@@ -67,10 +67,22 @@ def test_count_model_matches_per_node_model(seed, objective):
             gap_rel=0,
             max_horizon_s=t_fwd,
         )
-        assert alloc.status == "optimal"
+        assert alloc.status == "optimal" and alloc.solver == solver
         assert alloc.horizon_s == t_fwd
         assert alloc.objective == pytest.approx(reference, rel=1e-6, abs=1e-6)
         assert_valid(alloc, jobs, free, cap)
+        cold = allocate(
+            jobs,
+            free,
+            windows,
+            objective=objective,
+            solver=solver,
+            node_cap=cap,
+            gap_rel=0,
+            max_horizon_s=t_fwd,
+            warm_start=False,
+        )
+        assert cold.objective == pytest.approx(reference, rel=1e-6, abs=1e-6)
     # The per-node optimum itself respects the same rules.
     ids = per_node.node_ids()
     for job in jobs:
