@@ -29,6 +29,7 @@ import parsl
 from parsl.app.app import python_app
 from parsl.dataflow.futures import AppFuture
 from parsl.executors import HighThroughputExecutor, ThreadPoolExecutor
+from parsl.executors.high_throughput.errors import ManagerLost, WorkerLost
 
 from parsl_malleable.elastic.backends import BACKENDS, get_rendezvous_host
 from parsl_malleable.elastic.coordinator import Coordinator
@@ -227,9 +228,14 @@ class ElasticJob:
                 continue
             error = future.exception()
             if error is not None:
-                # A worker lost with its node is expected; user errors abort the coordinator.
-                logger.info("rank task %s ended with %r", member_id, error)
                 del self._submitted[member_id]
+                if isinstance(error, ManagerLost | WorkerLost):
+                    # A node (or its worker) is gone: expected, the survivors carry on.
+                    self.coordinator.member_lost(member_id, f"rank task lost: {error}")
+                else:
+                    # run_rank returns for every expected ending; anything else would fail
+                    # again on the next rank, so end the job with the error.
+                    self.coordinator.abort(f"rank task {member_id} failed: {error!r}")
                 continue
             outcome: RankOutcome = future.result()
             del self._submitted[member_id]

@@ -46,3 +46,19 @@ def test_functions_travel_by_name_and_decorated_ones_are_unwrapped():
         return ctx
 
     assert _reference(local) is local  # not importable by name: sent by value
+
+
+@pytest.mark.slow
+def test_an_error_in_the_training_function_fails_the_app_future(tmp_path):
+    from parsl_malleable.app import ElasticJobError
+    from tests.elastic import elastic_scenario as sc
+
+    sc.environment_ready()
+    parsl.load(sc.htex_config(tmp_path / "runinfo", init_blocks=1))
+    try:
+        app = malleable_app(checkpoint_dir=str(tmp_path / "ckpt"))(train_elastic)
+        future = app(epochs=1, batch_size=0)  # the sampler refuses it on the rank
+        with pytest.raises(ElasticJobError, match="batch_size >= 1"):
+            future.result(timeout=120)
+    finally:
+        parsl.dfk().cleanup()
