@@ -256,12 +256,17 @@ class _Run:
         ids = self.state.ids_of(nw.names)
         self.naive_end[idle] = t  # idle but taken now: not a hole
         self.draw_end[:, idle] = t
-        self.naive_end[ids] = t + nw.naive
+        # a window at the horizon means "not needed within it": a fresh prediction later
+        # would say the horizon again, so keep those ends unbounded
+        horizon = self.config.horizon
+        self.naive_end[ids] = np.where(nw.naive >= horizon, math.inf, t + nw.naive)
         corrected = nw.length(self.config.quantile)
         if nw.samples.shape[0]:
-            self.draw_end[: nw.samples.shape[0], ids] = t + nw.samples
+            self.draw_end[: nw.samples.shape[0], ids] = np.where(
+                nw.samples >= horizon, math.inf, t + nw.samples
+            )
         else:
-            self.draw_end[:, ids] = t + nw.naive
+            self.draw_end[:, ids] = self.naive_end[ids]
         actual = self.timeline.remaining(ids, t)
         seen = actual > 0
         horizon = self.config.horizon
@@ -290,15 +295,16 @@ class _Run:
             w, code = heapq.heappop(self.wakeups)
             name, node = ("corrected", code) if code >= 0 else ("naive", ~code)
             if name == "naive":
-                length = self.naive_end[node] - w
+                length = min(self.naive_end[node] - w, self.config.horizon)
             else:
-                left = self.draw_end[:, node] - w
+                left = np.minimum(self.draw_end[:, node] - w, self.config.horizon)
                 left = left[left > 0]  # draws in which the node is still idle
                 length = (
                     float(np.quantile(left, self.config.quantile, method="lower"))
                     if len(left)
                     else 0.0
                 )
+                length = min(length, self.naive_end[node] - w)  # as NodeWindows.length
             self._place(name, np.array([node]), w, np.array([length]))
 
     def finish(self) -> None:

@@ -190,8 +190,13 @@ def test_holes_never_overlap_a_planned_reservation(snap: Snapshot) -> None:
         for start, planned in zip(plan.starts, plan.nodes, strict=True):
             if start < w.end:
                 assert not set(planned) & set(w.nodes)
-    # and the naive windows are exactly the simulator planner's "time until needed"
-    ends = _ends(windows)
+    # grouping only shortens: each node's window ends by its own first planned use
+    needed_at = {n: snap.now + d for n, d in plan.node_needed.items()}
+    for w in windows:
+        assert all(w.end <= needed_at[n] + 1e-9 for n in w.nodes)
+    # and the per-node naive windows are exactly the simulator planner's "time until needed"
+    nw = WindowPredictor(horizon=1e6).node_windows(snap)
+    ends = dict(zip(nw.names, nw.naive, strict=True))
     for node, needed in plan.node_needed.items():
         if needed > 0:
             assert ends[node] == pytest.approx(min(needed, 1e6))
