@@ -34,12 +34,15 @@ def _hole_with_reservation(natives: Natives) -> tuple[str, str]:
     return running, big
 
 
-def _poll_until(provider: BackfillProvider, done: Callable[[], bool], polls: int) -> None:
+def _poll_until(provider: BackfillProvider, done: Callable[[], bool], polls: int) -> list[str]:
+    """Poll until ``done`` or ``polls`` polls; what each poll did (for failure messages)."""
+    reports = []
     for _ in range(polls):
-        provider.poll_once()
+        reports.append(repr(provider.poll_once()))
         if done():
-            return
+            break
         wait_for(lambda: False, 1.0)
+    return reports
 
 
 def test_holes_get_filled_without_moving_any_queued_job(natives: Natives, providers: Make) -> None:
@@ -52,10 +55,11 @@ def test_holes_get_filled_without_moving_any_queued_job(natives: Natives, provid
     def all_running() -> bool:
         return sum(b.phase is Phase.RUNNING for b in provider.blocks()) >= 2
 
-    _poll_until(provider, all_running, 8)
+    reports = _poll_until(provider, all_running, 8)
     blocks = [b for b in provider.blocks() if b.phase is Phase.RUNNING]
     harvested = sorted(n for b in blocks for n in b.nodes)
-    assert len(harvested) >= 3 and set(harvested) <= {"n3", "n4", "n5", "n6"}
+    assert len(harvested) >= 3, "\n".join(reports)
+    assert set(harvested) <= {"n3", "n4", "n5", "n6"}
     for b in blocks:
         assert b.deadline is not None and b.deadline <= reservation
     # Every job of ours started at once: none is left pending in the queue.
