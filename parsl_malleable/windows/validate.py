@@ -19,6 +19,7 @@ import math
 from dataclasses import dataclass, field
 
 from parsl_malleable.errors import SnapshotError
+from parsl_malleable.sim.engine import POLICIES
 from parsl_malleable.windows.snapshot import NodeState, PendingJob, RunningJob, Snapshot
 
 UNUSABLE = (NodeState.DOWN, NodeState.DRAINED, NodeState.RESERVED)
@@ -68,8 +69,8 @@ def check_snapshot(snapshot: Snapshot) -> CheckedSnapshot:
     default = snapshot.default_time_limit
     if default is not None and not default > 0:
         raise SnapshotError(f"default_time_limit {default!r} is not a positive number")
-    if snapshot.backfill not in ("easy", "conservative"):
-        raise SnapshotError(f"backfill {snapshot.backfill!r} is not 'easy' or 'conservative'")
+    if snapshot.backfill not in POLICIES:
+        raise SnapshotError(f"backfill {snapshot.backfill!r} is not one of {sorted(POLICIES)}")
 
     states: dict[str, NodeState] = {}
     for node in snapshot.nodes:
