@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from parsl_malleable.windows.arrivals import ArrivalModel
 from parsl_malleable.windows.planner import (
@@ -74,6 +76,21 @@ class WindowPredictor:
     seed: int = 0
     max_pending: int | None = None
     draw_depth: float | None = 3.0
+
+    @classmethod
+    def from_history(
+        cls, jobs: pd.DataFrame, now: float, *, arrivals: bool = True, **options: Any
+    ) -> WindowPredictor:
+        """A predictor learned from the site's past jobs (trace schema: ``submit``, ``start``,
+        ``end``, ``walltime``, ``nodes``, ``queue``, ``user``) as known at ``now``: the
+        early-end model from the jobs that had ended, the arrival model from the submissions.
+        ``options`` go to the constructor (``samples``, ``horizon``, ...)."""
+        ended = jobs[jobs["end"].to_numpy(dtype=float) <= now]
+        return cls(
+            model=RuntimeRatioModel.fit(ended),
+            arrivals=ArrivalModel.fit(jobs, now) if arrivals else None,
+            **options,
+        )
 
     def node_windows(self, snapshot: Snapshot) -> NodeWindows:
         """The per-node windows of every idle node that is a hole."""

@@ -12,7 +12,7 @@ from parsl_malleable.errors import SnapshotError
 from parsl_malleable.sim.plan import plan_queue
 from parsl_malleable.windows.arrivals import ArrivalModel
 from parsl_malleable.windows.predict import WindowPredictor, predict
-from parsl_malleable.windows.runtime_model import RuntimeRatioModel
+from parsl_malleable.windows.runtime_model import JobKey, RuntimeRatioModel
 from parsl_malleable.windows.snapshot import (
     Node,
     NodeState,
@@ -202,3 +202,29 @@ def test_holes_never_overlap_a_planned_reservation(snap: Snapshot) -> None:
             assert ends[node] == pytest.approx(min(needed, 1e6))
         else:
             assert node not in ends
+
+
+def test_predictor_from_history_learns_both_models() -> None:
+    day = 86400.0
+    n = 40
+    submit = np.linspace(0.0, 6 * day, n)
+    history = pd.DataFrame(
+        {
+            "submit": submit,
+            "start": submit,
+            "end": submit + 250.0,
+            "walltime": np.full(n, 1000.0),
+            "nodes": np.full(n, 2),
+            "queue": [""] * n,
+            "user": ["u"] * n,
+        }
+    )
+    now = 10 * day
+    predictor = WindowPredictor.from_history(history, now, samples=8)
+    assert predictor.model is not None and predictor.arrivals is not None
+    assert predictor.model.quantile(JobKey(2, "", "u"), 0.5) == pytest.approx(0.25)
+    recent = int(np.count_nonzero(submit >= now - 8 * day))  # the arrival model keeps 8 days
+    assert 0 < recent < n and len(predictor.arrivals.submit) == recent
+    ended_only = history[history["end"] <= 3 * day]
+    early = WindowPredictor.from_history(ended_only, now, arrivals=False)
+    assert early.arrivals is None and early.model.fitted
