@@ -34,7 +34,9 @@ class SiteProfile(BaseModel):
     queue: str | None = Field(None, description="PBS queue for blocks")
     account: str | None = Field(None, description="account charged for blocks")
     poll_interval_s: float = Field(30.0, gt=0, description="seconds between snapshots")
-    safety_margin_s: float = Field(60.0, ge=0, description="block ends this long before its window")
+    safety_margin_s: float = Field(
+        120.0, ge=0, description="block ends this long before its window (>= 2 bf_resolution)"
+    )
     signal_margin_s: float = Field(60.0, ge=0, description="USR1 this long before the walltime")
     yield_grace_s: float = Field(
         5.0, ge=0, description="drain time before a yielding block is cancelled"

@@ -46,8 +46,8 @@ def _where() -> Callable[[int], tuple[int, str | None, str | None, str | None]]:
 def test_python_apps_finish_while_blocks_come_and_go(
     natives: Natives, providers: Callable[..., BackfillProvider], tmp_path: Path
 ) -> None:
-    # n1 busy for 3 minutes; a 6-node native job waits for it: n2..n6 are a 3-minute hole.
-    running = natives.submit("-N1", "-w", "n1", "-t", "3", "--wrap", "sleep 600")
+    # n1 busy for 5 minutes; a 6-node native job waits for it: n2..n6 are a 5-minute hole.
+    running = natives.submit("-N1", "-w", "n1", "-t", "5", "--wrap", "sleep 600")
     assert wait_for(lambda: job_states(natives.cluster, [running])[running][0] == "RUNNING", 20)
     big = natives.submit("-N6", "-t", "1", "--wrap", "sleep 8")
     provider = providers(slots=2, poll_interval_s=2, yield_grace_s=1)
