@@ -28,6 +28,10 @@ class BlockCosts:
     startup: float = 60.0
     commit_interval: float = 60.0
     min_block: float = 0.0  # shortest block worth submitting; at least the start-up
+    # what an early yield costs beyond the lost work (the training job's scale-down, the poll
+    # that delays the arriving native job); only the expected-harvest chooser uses it, the
+    # accounting counts yields separately
+    yield_penalty: float = 0.0
 
     def shortest(self) -> float:
         """The shortest predicted length that gets a block."""

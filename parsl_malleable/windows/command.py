@@ -31,6 +31,20 @@ def _pct(x: float) -> str:
     help="Window quantile the blocks use (0.1: the node stays idle that long w.p. ~90%).",
 )
 @click.option(
+    "--choose",
+    type=click.Choice(["expected", "quantile", "both"]),
+    default="both",
+    show_default=True,
+    help="Corrected block length: expected net harvest of the draws, the --quantile, or both.",
+)
+@click.option(
+    "--yield-penalty",
+    type=click.FloatRange(min=0),
+    default=0.0,
+    show_default=True,
+    help="Seconds an early yield costs beyond the lost work (used by --choose expected).",
+)
+@click.option(
     "--startup",
     type=click.FloatRange(min=0),
     default=60.0,
@@ -79,6 +93,8 @@ def windows(
     trace: Path,
     policy: str,
     quantile: float,
+    choose: str,
+    yield_penalty: float,
     startup: float,
     commit_interval: float,
     max_events: int,
@@ -98,12 +114,15 @@ def windows(
 
     from parsl_malleable.traces.read import read_trace
     from parsl_malleable.windows.accounting import BlockCosts
-    from parsl_malleable.windows.evaluate import EvalConfig, evaluate
+    from parsl_malleable.windows.evaluate import CHOICES, EvalConfig, evaluate
 
     config = EvalConfig(
         policy=policy,
         quantile=quantile,
-        costs=BlockCosts(startup=startup, commit_interval=commit_interval),
+        choose=choose,
+        costs=BlockCosts(
+            startup=startup, commit_interval=commit_interval, yield_penalty=yield_penalty
+        ),
         samples=samples,
         horizon=horizon,
         segments=1 if all_events else segments,
@@ -138,7 +157,7 @@ def windows(
     ):
         table.add_column(col, justify="left" if col == "predictor" else "right")
     rows = result.table()
-    for row, name in zip(rows.itertuples(), ("corrected", "naive"), strict=True):
+    for row, name in zip(rows.itertuples(), CHOICES[choose], strict=True):
         h = result.harvest[name]
         table.add_row(
             row.predictor,

@@ -1,8 +1,10 @@
 """Replay a trace, predict every idle node's window at its events, and score the predictions.
 
-One pass over the replay's scheduling events serves three harvesting policies at once
-(:mod:`parsl_malleable.windows.accounting`): blocks sized by the corrected prediction (the
-chosen quantile), by the naive planner (limits only), and an oracle that knows each window.
+One pass over the replay's scheduling events serves four harvesting policies at once
+(:mod:`parsl_malleable.windows.accounting`): blocks sized by the corrected prediction's
+quantile (``corrected``), by the corrected draws' expected net harvest (``expected``,
+:mod:`parsl_malleable.windows.choose`), by the naive planner (limits only), and an oracle that
+knows each window.
 At every scheduling event where some node is idle, the state becomes a :class:`Snapshot` and
 goes through the same :class:`WindowPredictor` the provider uses; every idle hole node's
 prediction is compared with what actually happened.
@@ -39,11 +41,14 @@ from parsl_malleable.windows.accounting import (
     oracle_harvest,
 )
 from parsl_malleable.windows.arrivals import ArrivalModel
+from parsl_malleable.windows.choose import expected_lengths
 from parsl_malleable.windows.predict import WindowPredictor
 from parsl_malleable.windows.replay import ReplayState
 from parsl_malleable.windows.runtime_model import RuntimeRatioModel
 
-POLICY_NAMES = ("corrected", "naive")
+POLICY_NAMES = ("corrected", "expected", "naive")
+CHOICES = {"quantile": ("corrected", "naive"), "expected": ("expected", "naive")}
+CHOICES["both"] = ("corrected", "expected", "naive")
 
 
 @dataclass(frozen=True)
@@ -52,6 +57,7 @@ class EvalConfig:
 
     policy: str = "easy"
     quantile: float = 0.1
+    choose: str = "both"  # table rows: "quantile", "expected" or "both" (all are evaluated)
     costs: BlockCosts = field(default_factory=BlockCosts)
     samples: int = 16
     horizon: float = 86400.0
@@ -89,14 +95,21 @@ class EvalResult:
         }
 
     def table(self) -> pd.DataFrame:
-        """One row per predictor: accuracy and harvest figures."""
+        """One row per predictor of ``config.choose``: accuracy and harvest figures.
+        ``yields``: blocks cut by the native job (each an unplanned shrink of the training
+        job); ``yields_per_node_h``: per harvested node-hour."""
         rows = []
         pairs = self.pairs[~self.pairs["censored"]]
-        for name in POLICY_NAMES:
+        labels = {
+            "corrected": f"corrected q={self.config.quantile:g}",
+            "expected": "corrected expected",
+            "naive": "naive",
+        }
+        for name in CHOICES[self.config.choose]:
             err = pairs[name] - pairs["actual"]
             h = self.harvest[name]
             harvest_h = h["harvest"] / 3600
-            label = f"corrected q={self.config.quantile:g}" if name == "corrected" else name
+            label = labels[name]
             rows.append(
                 {
                     "predictor": label,
@@ -106,6 +119,10 @@ class EvalResult:
                     else math.nan,
                     "over_predicted": float(np.mean(err > 0)) if len(err) else math.nan,
                     "blocks": h["blocks"],
+                    "yields": h["over_predicted"],
+                    "yields_per_node_h": h["over_predicted"] / harvest_h
+                    if harvest_h > 0
+                    else math.nan,
                     "harvest_node_h": harvest_h,
                     "of_oracle": harvest_h / self.oracle_node_hours
                     if self.oracle_node_hours > 0
@@ -152,6 +169,8 @@ def evaluate(
 ) -> EvalResult:
     """Replay ``trace`` under ``config.policy`` and score the window predictions."""
     config = config or EvalConfig()
+    if config.choose not in CHOICES:
+        raise ValueError(f"choose must be one of {sorted(CHOICES)}, got {config.choose!r}")
     t_start = time.perf_counter()
     sim = sim or simulate(trace, config.policy)
     state = ReplayState(trace, sim)
@@ -216,9 +235,12 @@ def evaluate(
 
 def _empty_pairs() -> pd.DataFrame:
     return pd.DataFrame(
-        {c: pd.Series(dtype=float) for c in ("t", "node", "naive", "corrected", "actual")}
+        {c: pd.Series(dtype=float) for c in _PAIR_COLUMNS[:-1]}
         | {"censored": pd.Series(dtype=bool)}
     )
+
+
+_PAIR_COLUMNS = ("t", "node", "naive", "corrected", "expected", "actual", "censored")
 
 
 class _Run:
@@ -237,7 +259,7 @@ class _Run:
         self.timeline = timeline
         self.config = config
         self.policies = {name: PolicyState(n_nodes) for name in POLICY_NAMES}
-        self.wakeups: list[tuple[float, int]] = []  # (time, node) of corrected blocks ending
+        self.wakeups: list[tuple[float, int, int]] = []  # (time, policy, node) of blocks ending
         # absolute window ends of the last prediction, per node: naive and the draws
         self.naive_end = np.full(n_nodes, -math.inf)
         self.draw_end = np.full((max(config.samples, 1), n_nodes), -math.inf)
@@ -261,6 +283,7 @@ class _Run:
         horizon = self.config.horizon
         self.naive_end[ids] = np.where(nw.naive >= horizon, math.inf, t + nw.naive)
         corrected = nw.length(self.config.quantile)
+        expected = nw.expected(self.config.costs)
         if nw.samples.shape[0]:
             self.draw_end[: nw.samples.shape[0], ids] = np.where(
                 nw.samples >= horizon, math.inf, t + nw.samples
@@ -277,33 +300,42 @@ class _Run:
                 ids[seen],
                 nw.naive[seen],
                 corrected[seen],
+                expected[seen],
                 capped[seen],
                 (t + actual[seen] >= self.timeline.t1) & (actual[seen] < horizon),
             )
         )
         self._place("naive", ids, t, nw.naive)
         self._place("corrected", ids, t, corrected)
+        self._place("expected", ids, t, expected)
 
     def _place(self, name: str, ids: np.ndarray, t: float, lengths: np.ndarray) -> None:
         nodes, wake = self.policies[name].place(ids, t, lengths, self.timeline, self.config.costs)
+        code = POLICY_NAMES.index(name)
         for node, w in zip(nodes.tolist(), wake.tolist(), strict=True):
             if w < self.timeline.t1:
-                heapq.heappush(self.wakeups, (w, node if name == "corrected" else ~node))
+                heapq.heappush(self.wakeups, (w, code, node))
 
     def _wake_until(self, t_next: float) -> None:
         while self.wakeups and self.wakeups[0][0] < t_next:
-            w, code = heapq.heappop(self.wakeups)
-            name, node = ("corrected", code) if code >= 0 else ("naive", ~code)
+            w, code, node = heapq.heappop(self.wakeups)
+            name = POLICY_NAMES[code]
+            naive_left = min(self.naive_end[node] - w, self.config.horizon)
             if name == "naive":
-                length = min(self.naive_end[node] - w, self.config.horizon)
+                length = naive_left
             else:
                 left = np.minimum(self.draw_end[:, node] - w, self.config.horizon)
                 left = left[left > 0]  # draws in which the node is still idle
-                length = (
-                    float(np.quantile(left, self.config.quantile, method="lower"))
-                    if len(left)
-                    else 0.0
-                )
+                if not len(left):
+                    length = 0.0
+                elif name == "expected":
+                    length = float(
+                        expected_lengths(left[:, None], np.array([naive_left]), self.config.costs)[
+                            0
+                        ]
+                    )
+                else:
+                    length = float(np.quantile(left, self.config.quantile, method="lower"))
                 length = min(length, self.naive_end[node] - w)  # as NodeWindows.length
             self._place(name, np.array([node]), w, np.array([length]))
 
@@ -316,6 +348,4 @@ class _Run:
         if not self._pairs:
             return _empty_pairs()
         cols = [np.concatenate(c) for c in zip(*self._pairs, strict=True)]
-        return pd.DataFrame(
-            dict(zip(("t", "node", "naive", "corrected", "actual", "censored"), cols, strict=True))
-        )
+        return pd.DataFrame(dict(zip(_PAIR_COLUMNS, cols, strict=True)))

@@ -18,7 +18,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from parsl_malleable.windows.accounting import BlockCosts
 from parsl_malleable.windows.arrivals import ArrivalModel
+from parsl_malleable.windows.choose import expected_lengths
 from parsl_malleable.windows.planner import (
     PlanInput,
     first_use,
@@ -57,6 +59,16 @@ class NodeWindows:
             return self.naive.copy()
         # never promise a node past the scheduler's current plan for it
         return np.minimum(np.quantile(self.samples, quantile, axis=0, method="lower"), self.naive)
+
+    def expected(self, costs: BlockCosts | None = None) -> np.ndarray:
+        """Per node, the block length with the largest expected net harvest under ``costs``
+        (:func:`~parsl_malleable.windows.choose.expected_lengths`; 0 where no block pays off),
+        at most the naive window. Without draws: the naive window."""
+        return expected_lengths(self.samples, self.naive, costs or BlockCosts())
+
+    def choose(self, quantile: float | None, costs: BlockCosts | None = None) -> np.ndarray:
+        """:meth:`length` of ``quantile``, or :meth:`expected` when ``quantile`` is None."""
+        return self.expected(costs) if quantile is None else self.length(quantile)
 
 
 @dataclass
@@ -139,15 +151,16 @@ class WindowPredictor:
     def predict(
         self,
         snapshot: Snapshot,
-        quantile: float = 0.1,
+        quantile: float | None = 0.1,
         *,
+        costs: BlockCosts | None = None,
         min_length: float = 0.0,
         rel_tol: float = 0.1,
         abs_tol: float = 300.0,
     ) -> list[Window]:
         """Windows of the idle nodes, grouped into blocks (see :func:`predict`)."""
         nw = self.node_windows(snapshot)
-        lengths = nw.length(quantile)
+        lengths = nw.choose(quantile, costs)
         samples = nw.samples if nw.samples.shape[0] else None
         return group_windows(
             nw.names,
@@ -162,8 +175,9 @@ class WindowPredictor:
 
 def predict(
     snapshot: Snapshot,
-    quantile: float = 0.1,
+    quantile: float | None = 0.1,
     *,
+    costs: BlockCosts | None = None,
     model: RuntimeRatioModel | None = None,
     arrivals: ArrivalModel | None = None,
     samples: int = 16,
@@ -178,8 +192,12 @@ def predict(
     staying idle that long (1.0 for the naive prediction). Nodes a pending job takes now, and
     windows shorter than ``min_length``, are left out. ``model=None`` gives the naive planner
     (running jobs end at their limits); ``arrivals`` adds sampled future submissions.
+
+    ``quantile=None`` chooses each node's length by expected net harvest under ``costs``
+    (default :class:`BlockCosts`: 60 s start-up, commit every 60 s) instead of a fixed
+    quantile; nodes where no block pays off are left out.
     """
     predictor = WindowPredictor(
         model=model, arrivals=arrivals, samples=samples, horizon=horizon, seed=seed
     )
-    return predictor.predict(snapshot, quantile, min_length=min_length)
+    return predictor.predict(snapshot, quantile, costs=costs, min_length=min_length)
