@@ -10,7 +10,8 @@ from parsl_malleable.windows.evaluate import EvalResult
 
 
 def plot_predicted_vs_actual(result: EvalResult, path: str | Path) -> None:
-    """Two log-log density panels (naive, corrected) of predicted against actual windows."""
+    """Three log-log density panels (naive, corrected quantile, corrected expected-harvest) of
+    predicted against actual windows."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -18,10 +19,11 @@ def plot_predicted_vs_actual(result: EvalResult, path: str | Path) -> None:
 
     pairs = result.pairs[~result.pairs["censored"]]
     lo, hi = 60.0, result.config.horizon
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4.6), sharey=True)
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4.6), sharey=True)
     labels = (
         ("naive", "naive (limits only)"),
         ("corrected", f"corrected q={result.config.quantile:g}"),
+        ("expected", "corrected expected-harvest"),
     )
     for ax, (col, label) in zip(axes, labels, strict=True):
         x = np.clip(pairs["actual"].to_numpy(), lo, hi) / 3600

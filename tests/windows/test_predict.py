@@ -10,7 +10,9 @@ from hypothesis import strategies as st
 
 from parsl_malleable.errors import SnapshotError
 from parsl_malleable.sim.plan import plan_queue
+from parsl_malleable.windows.accounting import BlockCosts
 from parsl_malleable.windows.arrivals import ArrivalModel
+from parsl_malleable.windows.choose import expected_lengths
 from parsl_malleable.windows.predict import WindowPredictor, predict
 from parsl_malleable.windows.runtime_model import JobKey, RuntimeRatioModel
 from parsl_malleable.windows.snapshot import (
@@ -228,3 +230,24 @@ def test_predictor_from_history_learns_both_models() -> None:
     ended_only = history[history["end"] <= 3 * day]
     early = WindowPredictor.from_history(ended_only, now, arrivals=False)
     assert early.arrivals is None and early.model.fitted
+
+
+def test_expected_mode_chooses_per_node_from_the_draws_and_respects_costs() -> None:
+    ratios = np.linspace(0.1, 1.0, 200)
+    hist = pd.concat([_history(r, 1) for r in ratios], ignore_index=True)
+    predictor = WindowPredictor(model=RuntimeRatioModel.fit(hist), samples=64, seed=3)
+    snap = _snap([PendingJob("p", 4, 500.0, 0.0)])
+    nw = predictor.node_windows(snap)
+    costs = BlockCosts(startup=60.0, commit_interval=60.0)
+    chosen = nw.expected(costs)
+    assert np.array_equal(chosen, expected_lengths(nw.samples, nw.naive, costs))
+    assert np.array_equal(nw.choose(None, costs), chosen)
+    assert np.array_equal(nw.choose(0.1), nw.length(0.1))
+    assert np.all((chosen >= nw.length(0.0)) & (chosen <= nw.naive))
+    (window,) = predictor.predict(snap, None, costs=costs)
+    assert window.end == pytest.approx(float(chosen.min()))
+    # a start-up longer than any window: no block is worth it, no window offered
+    assert predictor.predict(snap, None, costs=BlockCosts(startup=5000.0)) == []
+    assert predict(snap, None, model=predictor.model, samples=64, seed=3) == predictor.predict(
+        snap, None
+    )

@@ -93,15 +93,17 @@ def test_evaluation_scores_are_bounded_by_the_oracle(small_trace, small_sim) -> 
     assert result.predictions > 0 and len(result.pairs) > 0
     assert (result.pairs["actual"] > 0).all()
     assert (result.pairs["corrected"] <= result.pairs["naive"] + 1e-9).all()
-    for name in ("corrected", "naive"):
+    assert (result.pairs["expected"] <= result.pairs["naive"] + 1e-9).all()
+    for name in ("corrected", "expected", "naive"):
         h = result.harvest[name]
         assert 0 < h["harvest"] / 3600 <= result.oracle_node_hours + 1e-9
         assert h["lost"] <= h["over_predicted"] * config.costs.commit_interval
     table = result.table()
-    assert list(table["predictor"]) == ["corrected q=0.1", "naive"]
+    assert list(table["predictor"]) == ["corrected q=0.1", "corrected expected", "naive"]
+    assert (table["yields"] <= table["blocks"]).all()
     # dearer commits only ever lose more
     dear = result.reaccount(BlockCosts(commit_interval=1800.0))
-    for name in ("corrected", "naive"):
+    for name in ("corrected", "expected", "naive"):
         assert dear[name]["lost"] >= result.harvest[name]["lost"]
 
 
@@ -115,12 +117,15 @@ def test_cli_prints_the_table(tmp_path, traces_dir) -> None:
             "200",
             "--samples",
             "4",
+            "--choose",
+            "expected",
             "--plot",
             str(plot),
         ],
     )
     assert result.exit_code == 0, result.output
-    assert "naive" in result.output and "oracle" in result.output and "corrected" in result.output
+    assert "naive" in result.output and "oracle" in result.output
+    assert "corrected expected" in result.output and "q=0.1" not in result.output
     assert plot.stat().st_size > 10_000
 
 
