@@ -83,6 +83,11 @@ def _pct(x: float) -> str:
 )
 @click.option("--no-arrivals", is_flag=True, help="Do not resample future submissions.")
 @click.option(
+    "--calibrate",
+    is_flag=True,
+    help="Also score the quantile recalibrated online from windows that have ended.",
+)
+@click.option(
     "--plot",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
@@ -103,6 +108,7 @@ def windows(
     samples: int,
     horizon: float,
     no_arrivals: bool,
+    calibrate: bool,
     plot: Path | None,
     seed: int,
 ) -> None:
@@ -128,6 +134,7 @@ def windows(
         segments=1 if all_events else segments,
         segment_events=None if all_events else max(1, max_events // segments),
         arrivals=not no_arrivals,
+        calibrate=calibrate,
         seed=seed,
     )
     try:
@@ -157,7 +164,10 @@ def windows(
     ):
         table.add_column(col, justify="left" if col == "predictor" else "right")
     rows = result.table()
-    for row, name in zip(rows.itertuples(), CHOICES[choose], strict=True):
+    names = CHOICES[choose]
+    if calibrate and "corrected" in names:
+        names = ("corrected", "calibrated", *names[1:])
+    for row, name in zip(rows.itertuples(), names, strict=True):
         h = result.harvest[name]
         table.add_row(
             row.predictor,

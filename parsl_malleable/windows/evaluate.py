@@ -41,12 +41,13 @@ from parsl_malleable.windows.accounting import (
     oracle_harvest,
 )
 from parsl_malleable.windows.arrivals import ArrivalModel
+from parsl_malleable.windows.calibrate import QuantileCalibration, pit
 from parsl_malleable.windows.choose import expected_lengths
 from parsl_malleable.windows.predict import WindowPredictor
 from parsl_malleable.windows.replay import ReplayState
 from parsl_malleable.windows.runtime_model import RuntimeRatioModel
 
-POLICY_NAMES = ("corrected", "expected", "naive")
+POLICY_NAMES = ("corrected", "expected", "naive", "calibrated")
 CHOICES = {"quantile": ("corrected", "naive"), "expected": ("expected", "naive")}
 CHOICES["both"] = ("corrected", "expected", "naive")
 
@@ -66,6 +67,8 @@ class EvalConfig:
     segments: int = 4
     segment_events: int | None = 500  # None: one run over every event after the warm-up
     arrivals: bool = True  # resample recent submissions as future jobs
+    # also score the quantile recalibrated online from resolved windows (calibrate.py)
+    calibrate: bool = False
     max_pending: int | None = 1000  # plan only the head of very long queues (speed)
     seed: int = 0
 
@@ -105,9 +108,13 @@ class EvalResult:
         labels = {
             "corrected": f"corrected q={self.config.quantile:g}",
             "expected": "corrected expected",
+            "calibrated": f"calibrated q={self.config.quantile:g}",
             "naive": "naive",
         }
-        for name in CHOICES[self.config.choose]:
+        names = CHOICES[self.config.choose]
+        if self.config.calibrate and "corrected" in names:
+            names = ("corrected", "calibrated", *names[1:])
+        for name in names:
             err = pairs[name] - pairs["actual"]
             h = self.harvest[name]
             harvest_h = h["harvest"] / 3600
@@ -191,6 +198,7 @@ def evaluate(
     pairs: list[pd.DataFrame] = []
     oracle = 0.0
     native_ends = 0
+    calibration = QuantileCalibration() if config.calibrate else None
     events = predictions = 0
     spans: list[tuple[float, float]] = []
     for times in periods:
@@ -204,7 +212,7 @@ def evaluate(
         native_ends += int(
             np.sum((timeline.end < timeline.t1) & (timeline.lengths() > config.costs.startup))
         )
-        run = _Run(state, predictor, timeline, config, sim.nodes)
+        run = _Run(state, predictor, timeline, config, sim.nodes, calibration)
         next_fit = t0
         for t in times:
             if t >= next_fit:
@@ -249,7 +257,16 @@ def _empty_pairs() -> pd.DataFrame:
     )
 
 
-_PAIR_COLUMNS = ("t", "node", "naive", "corrected", "expected", "actual", "censored")
+_PAIR_COLUMNS = (
+    "t",
+    "node",
+    "naive",
+    "corrected",
+    "expected",
+    "calibrated",
+    "actual",
+    "censored",
+)
 
 
 class _Run:
@@ -262,7 +279,11 @@ class _Run:
         timeline: IdleTimeline,
         config: EvalConfig,
         n_nodes: int,
+        calibration: QuantileCalibration | None = None,
     ) -> None:
+        self.calibration = calibration
+        self.level = config.quantile  # the calibrated policy's draws level
+        self.next_level = -math.inf
         self.state = state
         self.predictor = predictor
         self.timeline = timeline
@@ -293,6 +314,10 @@ class _Run:
         self.naive_end[ids] = np.where(nw.naive >= horizon, math.inf, t + nw.naive)
         corrected = nw.length(self.config.quantile)
         expected = nw.expected(self.config.costs)
+        if self.calibration is not None and t >= self.next_level:
+            self.level = self.calibration.level(self.config.quantile, t)
+            self.next_level = t + 3600.0  # hourly: the level moves slowly
+        calibrated = nw.length(self.level)
         if nw.samples.shape[0]:
             self.draw_end[: nw.samples.shape[0], ids] = np.where(
                 nw.samples >= horizon, math.inf, t + nw.samples
@@ -310,6 +335,7 @@ class _Run:
                 nw.naive[seen],
                 corrected[seen],
                 expected[seen],
+                calibrated[seen],
                 capped[seen],
                 (t + actual[seen] >= self.timeline.t1) & (actual[seen] < horizon),
             )
@@ -317,6 +343,14 @@ class _Run:
         self._place("naive", ids, t, nw.naive)
         self._place("corrected", ids, t, corrected)
         self._place("expected", ids, t, expected)
+        if self.calibration is not None:
+            self._place("calibrated", ids, t, calibrated)
+            resolved = seen & (t + actual < self.timeline.t1)
+            if nw.samples.shape[0] and resolved.any():
+                # known once the window has ended (or reached the horizon)
+                self.calibration.record(
+                    t + capped[resolved], pit(nw.samples[:, resolved], capped[resolved])
+                )
 
     def _place(self, name: str, ids: np.ndarray, t: float, lengths: np.ndarray) -> None:
         nodes, wake = self.policies[name].place(ids, t, lengths, self.timeline, self.config.costs)
@@ -344,7 +378,8 @@ class _Run:
                         ]
                     )
                 elif len(left):
-                    length = float(np.quantile(left, self.config.quantile, method="lower"))
+                    level = self.level if name == "calibrated" else self.config.quantile
+                    length = float(np.quantile(left, level, method="lower"))
                 else:
                     length = 0.0
                 length = min(length, self.naive_end[node] - w)  # as NodeWindows.length

@@ -87,23 +87,29 @@ def test_jobs_still_running_at_fit_time_plan_with_their_limit() -> None:
 
 
 def test_evaluation_scores_are_bounded_by_the_oracle(small_trace, small_sim) -> None:
-    config = EvalConfig(segments=2, segment_events=150, samples=8)
+    config = EvalConfig(segments=2, segment_events=150, samples=8, calibrate=True)
     result = evaluate(small_trace, config, sim=small_sim)
     assert result.events == 300 and len(result.periods) == 2
     assert result.predictions > 0 and len(result.pairs) > 0
     assert (result.pairs["actual"] > 0).all()
     assert (result.pairs["corrected"] <= result.pairs["naive"] + 1e-9).all()
     assert (result.pairs["expected"] <= result.pairs["naive"] + 1e-9).all()
-    for name in ("corrected", "expected", "naive"):
+    assert (result.pairs["calibrated"] <= result.pairs["naive"] + 1e-9).all()
+    for name in ("corrected", "calibrated", "expected", "naive"):
         h = result.harvest[name]
         assert 0 < h["harvest"] / 3600 <= result.oracle_node_hours + 1e-9
         assert h["lost"] <= h["over_predicted"] * config.costs.commit_interval
     table = result.table()
-    assert list(table["predictor"]) == ["corrected q=0.1", "corrected expected", "naive"]
+    assert list(table["predictor"]) == [
+        "corrected q=0.1",
+        "calibrated q=0.1",
+        "corrected expected",
+        "naive",
+    ]
     assert (table["yields"] <= table["blocks"]).all()
     # dearer commits only ever lose more
     dear = result.reaccount(BlockCosts(commit_interval=1800.0))
-    for name in ("corrected", "expected", "naive"):
+    for name in ("corrected", "calibrated", "expected", "naive"):
         assert dear[name]["lost"] >= result.harvest[name]["lost"]
 
 
