@@ -27,11 +27,14 @@ _LAZY = {
     "RuntimeRatioModel": "parsl_malleable.windows.runtime_model",
     "ArrivalModel": "parsl_malleable.windows.arrivals",
     "check_snapshot": "parsl_malleable.windows.validate",
+    "BlockCosts": "parsl_malleable.windows.accounting",
+    "expected_lengths": "parsl_malleable.windows.choose",
     "CheckedSnapshot": "parsl_malleable.windows.validate",
 }
 
 __all__ = [
     "ArrivalModel",
+    "BlockCosts",
     "CheckedSnapshot",
     "Node",
     "NodeState",
@@ -44,6 +47,7 @@ __all__ = [
     "Window",
     "WindowPredictor",
     "check_snapshot",
+    "expected_lengths",
 ]
 
 
