@@ -34,14 +34,14 @@ def _horovod_ready() -> bool:
         "torch",
         pytest.param(
             "horovod",
-            marks=[
-                pytest.mark.horovod,
-                pytest.mark.skipif(not _horovod_ready(), reason="Horovod not built"),
-            ],
+            marks=[pytest.mark.horovod],
         ),
     ],
 )
 def test_world_size_2_4_1_3_0_2(tmp_path, backend):
+    if backend == "horovod" and not _horovod_ready():
+        # Fail, not skip: CI builds Horovod, so a missing build is a hole to see.
+        pytest.fail("Horovod is not importable; run scripts/build-horovod", pytrace=False)
     sc.environment_ready()
     parsl.load(sc.htex_config(tmp_path / "runinfo", init_blocks=2))
     try:
