@@ -255,14 +255,26 @@ class HorovodBackend:
     which this node reaches the controller (``lo`` when the controller is on the same machine).
     ``cycle_time_ms`` sets ``HOROVOD_CYCLE_TIME``, the period of Horovod's background
     negotiation loop: longer cycles cost less CPU while idle but add latency to each collective
-    (see ``docs/horovod.md``); ``None`` keeps Horovod's default.
+    (see ``docs/horovod.md``); ``None`` keeps Horovod's default. ``gloo_timeout_s`` bounds
+    each gloo transfer inside Horovod (never more than the ``timeout_s`` given to ``init``): it
+    is how long survivors of a killed rank can be held in ``hvd.shutdown()``. Horovod's
+    background loop keeps exchanging messages every cycle while ranks compute, so a slow training
+    step does not trip it.
     """
 
     name = "horovod"
 
-    def __init__(self, iface: str | None = None, cycle_time_ms: float | None = None) -> None:
+    def __init__(
+        self,
+        iface: str | None = None,
+        cycle_time_ms: float | None = None,
+        gloo_timeout_s: float = 5.0,
+    ) -> None:
         if cycle_time_ms is not None and not cycle_time_ms > 0:
             raise ValueError(f"cycle_time_ms must be positive, got {cycle_time_ms!r}")
+        if not gloo_timeout_s > 0:
+            raise ValueError(f"gloo_timeout_s must be positive, got {gloo_timeout_s!r}")
+        self._gloo_timeout_s = float(gloo_timeout_s)
         self._hvd = _import_horovod_torch()
         self._iface = iface
         self._cycle_time_ms = cycle_time_ms
@@ -478,7 +490,12 @@ class HorovodBackend:
             "HOROVOD_CROSS_SIZE": str(info.world_size),
             "HOROVOD_HOSTNAME": _slot_hostname(rank),
             # Bounds gloo's waits: forming the mesh and any single transfer to a hung peer.
-            "HOROVOD_GLOO_TIMEOUT_SECONDS": str(max(1, math.ceil(timeout_s))),
+            # Shorter than the collective watchdog: after a peer dies, hvd.shutdown() joins
+            # Horovod's background thread, which sits in a gloo recv from a survivor whose own
+            # loop already failed until this timeout; it is what a kill rescale costs.
+            "HOROVOD_GLOO_TIMEOUT_SECONDS": str(
+                max(1, math.ceil(min(timeout_s, self._gloo_timeout_s)))
+            ),
         }
         if iface:
             env["HOROVOD_GLOO_IFACE"] = iface
