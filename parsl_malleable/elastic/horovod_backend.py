@@ -280,7 +280,6 @@ class HorovodBackend:
         self._cycle_time_ms = cycle_time_ms
         self._formed = False
         self._broken: str | None = None
-        self._abort_reason: str | None = None  # set from another thread by abort()
         self._rank = 0
         self._world_size = 1
         self._epoch: int | None = None
@@ -310,7 +309,6 @@ class HorovodBackend:
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be positive, got {timeout_s}")
         self.shutdown()
-        self._abort_reason = None
         self._timeout_s = float(timeout_s)
         self._pre_barrier(rank, info, time.monotonic() + timeout_s)
         self._set_env(rank, info, timeout_s)
@@ -396,15 +394,6 @@ class HorovodBackend:
 
     # ------------------------------------------------------------------ helpers
 
-    def abort(self, reason: str) -> None:
-        """Make the pending (or next) collective of this epoch raise now; thread-safe.
-
-        The elastic runtime calls it when the coordinator reports a peer of the epoch lost. A peer
-        whose neighbour never sees the connection reset would otherwise leave the survivors
-        waiting for the watchdog. ``init()`` of the next epoch clears it.
-        """
-        self._abort_reason = reason
-
     def _check_usable(self) -> None:
         if not self._formed:
             raise HorovodCollectiveError(
@@ -419,10 +408,6 @@ class HorovodBackend:
         try:
             for handle in submit():
                 while not self._hvd.poll(handle):
-                    if self._abort_reason is not None:
-                        raise HorovodCollectiveError(
-                            f"{what} in epoch {self._epoch} abandoned: {self._abort_reason}"
-                        )
                     if time.monotonic() > deadline:
                         raise HorovodCollectiveError(
                             f"{what} in epoch {self._epoch} did not complete within "

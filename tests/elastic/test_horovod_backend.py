@@ -76,14 +76,6 @@ while True:
             obj, src = args
             received = backend.broadcast_object(obj, src)
             result = {k: v.tolist() if torch.is_tensor(v) else v for k, v in received.items()}
-        elif command == "allreduce_aborted_after":
-            # The coordinator's peer_lost notice arrives on another thread mid-collective.
-            (delay_s,) = args
-            import threading
-
-            threading.Timer(delay_s, backend.abort, args=("peer 1 was lost",)).start()
-            backend.allreduce_mean_([torch.ones(10)])
-            result = None
         elif command == "barrier":
             backend.barrier()
             result = None
@@ -363,20 +355,6 @@ def test_peer_that_stops_taking_part_trips_the_watchdog(pool: Pool, host: Any) -
     kind, error_type, message = a.reply()
     assert (kind, error_type) == ("error", "HorovodCollectiveError")
     assert "call init()" in message
-
-
-def test_abort_abandons_a_blocked_collective_before_the_watchdog(pool: Pool, host: Any) -> None:
-    _require_horovod()
-    a, b = pool.get(2)
-    info = host.prepare_epoch(10, 2)
-    for rank, member in enumerate([a, b]):
-        member.send("init", rank, info, 600.0)  # a watchdog far beyond the reply bound
-    for member in (a, b):
-        assert member.reply()[0] == "ok"
-    a.send("allreduce_aborted_after", 0.2)  # b never joins this collective
-    kind, error_type, message = a.reply(timeout=REPLY_S)
-    assert (kind, error_type) == ("error", "HorovodCollectiveError")
-    assert "abandoned: peer 1 was lost" in message
 
 
 def test_bad_arguments_are_named() -> None:
