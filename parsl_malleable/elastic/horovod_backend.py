@@ -34,6 +34,7 @@ import math
 import os
 import pickle
 import socket
+import struct
 import threading
 import time
 import urllib.error
@@ -59,6 +60,9 @@ log = logging.getLogger(__name__)
 BUILD_HINT = "Horovod is not installed; build it with scripts/build-horovod"
 _SCOPE = "parsl_malleable"  # our keys on Horovod's server, beside its global/local/cross scopes
 _POLL_MAX_S = 0.002  # longest sleep between polls of an async collective
+# gloo's tcp::Address as Horovod publishes it in the store: struct sockaddr_storage (128 bytes)
+# then an ssize_t sequence number; a rank's value under key "<rank>" is one per peer pair.
+_GLOO_ADDRESS_BYTES = 128 + 8
 # dtypes Horovod's torch binding reduces (bfloat16, bool and complex it refuses).
 _HOROVOD_DTYPES = frozenset(
     {torch.uint8, torch.int8, torch.int32, torch.int64, torch.float16, torch.float32, torch.float64}
@@ -119,7 +123,25 @@ def _make_server_class() -> tuple[type, type]:
                 self.end_headers()
                 self.wfile.write(body)
                 return
+            if self.path == f"/{_SCOPE}/mesh":
+                with self.server.cache_lock:
+                    endpoints = sorted(self.server.mesh)
+                body = json.dumps(endpoints).encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+                return
             super().do_GET()
+
+        def _put_value(self, scope: str, key: str, value: bytes) -> None:
+            # gloo's pair addresses are deleted from the store once the mesh is formed; keep
+            # their endpoints so ranks can later tell gloo's sockets from all others.
+            if scope != _SCOPE and key.isdigit():
+                endpoints = _gloo_endpoints(value)
+                with self.server.cache_lock:
+                    self.server.mesh.update(endpoints)
+            super()._put_value(scope, key, value)
 
     class EpochServer(RendezvousHTTPServer):
         daemon_threads = True  # a request stuck on a dead rank must not block close()
@@ -129,8 +151,25 @@ def _make_server_class() -> tuple[type, type]:
             self.epoch = epoch
             self.world_size = world_size
             self.superseded = False
+            self.mesh: set[tuple[str, int]] = set()  # every gloo pair listener of the epoch
 
     return EpochServer, PreBarrierHandler
+
+
+def _gloo_endpoints(value: bytes) -> set[tuple[str, int]]:
+    """The (ip, port) of each gloo pair address in a value Horovod stored (other kinds skipped)."""
+    endpoints = set()
+    for start in range(0, len(value) - _GLOO_ADDRESS_BYTES + 1, _GLOO_ADDRESS_BYTES):
+        family = struct.unpack_from("=H", value, start)[0]
+        port = struct.unpack_from("!H", value, start + 2)[0]
+        if family == socket.AF_INET:
+            ip = socket.inet_ntop(socket.AF_INET, value[start + 4 : start + 8])
+        elif family == socket.AF_INET6:
+            ip = socket.inet_ntop(socket.AF_INET6, value[start + 8 : start + 24])
+        else:
+            continue
+        endpoints.add((ip, port))
+    return endpoints
 
 
 def _arrived_ranks(server: Any) -> list[int]:
@@ -285,6 +324,7 @@ class HorovodBackend:
         self._epoch: int | None = None
         self._timeout_s = 60.0
         self._saved_env: dict[str, str | None] = {}
+        self._mesh: frozenset[tuple[str, int]] = frozenset()
 
     @property
     def rank(self) -> int:
@@ -320,6 +360,7 @@ class HorovodBackend:
         self._formed = True
         self._broken = None
         self._rank, self._world_size, self._epoch = rank, info.world_size, info.epoch
+        self._mesh = self._fetch_mesh(info)
         if (self._hvd.rank(), self._hvd.size()) != (rank, info.world_size):
             got = (self._hvd.rank(), self._hvd.size())
             self.shutdown()
@@ -337,6 +378,7 @@ class HorovodBackend:
             self._hvd.shutdown()  # a no-op when Horovod is not running
         finally:
             self._formed = False
+            self._mesh = frozenset()  # its ports may be reused by unrelated sockets from now on
             self._restore_env()
 
     def allreduce_mean_(self, tensors: list[Any]) -> None:
@@ -425,11 +467,66 @@ class HorovodBackend:
             raise HorovodCollectiveError(message) from exc
 
     def _fail(self, reason: str) -> None:
-        # Shutting down at once tells live peers (their pending collectives fail) instead of
-        # leaving them to wait for their own watchdog.
+        # A failed collective does not end Horovod's background loop: its next negotiation
+        # waits in a gloo recv from a survivor that itself waits on us, until gloo's timeout,
+        # and hvd.shutdown() joins that loop. Shutting down our gloo sockets first makes every
+        # pending gloo call here and on the peers fail at once ("connection closed").
         self._broken = reason
         with contextlib.suppress(Exception):
+            self.sever_mesh()
+        with contextlib.suppress(Exception):
             self.shutdown()
+
+    def sever_mesh(self) -> int:
+        """Shut down (not close) this process's gloo sockets of the current epoch.
+
+        Gloo's own pending calls, and its peers' calls on the other ends, fail at once;
+        Horovod still owns and later closes the descriptors. A socket counts as gloo's only
+        if one of its endpoints is a pair address Horovod published for this epoch (recorded by
+        the rendezvous server), so no other socket of the process is touched. Returns how many
+        sockets were shut down (0 where ``/proc/self/fd`` is unavailable).
+        """
+        if not self._mesh:
+            return 0
+        try:
+            fds = os.listdir("/proc/self/fd")
+        except OSError:
+            return 0
+        severed = 0
+        for name in fds:
+            fd = int(name)
+            try:
+                if not os.readlink(f"/proc/self/fd/{fd}").startswith("socket:"):
+                    continue
+                sock = socket.socket(fileno=fd)
+            except OSError:
+                continue  # closed meanwhile, or not a socket
+            try:
+                if sock.family not in (socket.AF_INET, socket.AF_INET6):
+                    continue
+                if sock.type != socket.SOCK_STREAM:
+                    continue
+                local = _endpoint(sock.getsockname())
+                remote = _endpoint(sock.getpeername())
+                if local in self._mesh or remote in self._mesh:
+                    sock.shutdown(socket.SHUT_RDWR)
+                    severed += 1
+            except OSError:
+                pass  # not connected (a listener) or already gone
+            finally:
+                sock.detach()  # the descriptor stays Horovod's to close
+        log.debug("severed %d gloo sockets of epoch %s", severed, self._epoch)
+        return severed
+
+    def _fetch_mesh(self, info: RendezvousInfo) -> frozenset[tuple[str, int]]:
+        url = f"http://{_url_host(info.host)}:{info.port}/{_SCOPE}/mesh"
+        try:
+            endpoints = json.loads(_http(url, time.monotonic() + self._timeout_s))
+        except HorovodRendezvousError as exc:
+            # Only the speed of a later failure depends on it: gloo's timeout still applies.
+            log.warning("epoch %s: no gloo addresses from the rendezvous (%s)", info.epoch, exc)
+            return frozenset()
+        return frozenset(_endpoint((ip, port)) for ip, port in endpoints)
 
     def _pre_barrier(self, rank: int, info: RendezvousInfo, deadline: float) -> None:
         base = f"http://{_url_host(info.host)}:{info.port}/{_SCOPE}"
@@ -510,6 +607,12 @@ def _stageable(tensor: torch.Tensor) -> torch.Tensor:
             raise TypeError(f"cannot average a {tensor.dtype} tensor with Horovod")
         return tensor.to(torch.float32, memory_format=torch.contiguous_format)
     return tensor if tensor.is_contiguous() else tensor.contiguous()
+
+
+def _endpoint(address: tuple) -> tuple[str, int]:
+    """(ip, port) of a socket address, IPv4-mapped IPv6 written as plain IPv4."""
+    ip, port = address[0], address[1]
+    return (ip.removeprefix("::ffff:") if "." in ip else ip, int(port))
 
 
 def _url_host(host: str) -> str:
