@@ -94,6 +94,22 @@ while True:
             # A rank task that ended without shutdown(); the next one gets a new backend object.
             backend = HorovodBackend()
             result = None
+        elif command == "new_backend":
+            (gloo_timeout_s,) = args
+            backend.shutdown()
+            backend = HorovodBackend(cycle_time_ms=2, gloo_timeout_s=gloo_timeout_s)
+            result = None
+        elif command == "sever_beside_bystander":
+            # A TCP connection of this process that is not Horovod's must survive the severing.
+            import socket
+
+            with socket.create_server(("127.0.0.1", 0)) as server:
+                client = socket.create_connection(server.getsockname())
+                accepted, _ = server.accept()
+            with client, accepted:
+                severed = backend.sever_mesh()
+                client.sendall(b"still here")
+                result = (severed, accepted.recv(100).decode())
         else:
             raise ValueError(command)
         outbox.put(("ok", result))
@@ -309,6 +325,67 @@ def test_killed_peer_makes_survivors_raise_then_regroup(pool: Pool, host: Any) -
     _form(host, 1, [a, b])
     for result in _allreduce([a, b], [2.0, 3.0]):
         assert result == _expected(2.5)
+
+
+def test_killed_peer_fails_every_survivor_without_waiting_for_gloo_timeout(
+    pool: Pool, host: Any
+) -> None:
+    """With a 60 s gloo timeout, survivors must fail from closed sockets, not from the timeout.
+
+    The neighbour of the killed rank fails at once; the other survivor waits on that neighbour,
+    which shuts its gloo sockets down on failure, so it fails with a connection error too.
+    """
+    _require_horovod()
+    a, b, c = pool.get(3)
+    long_s = 60.0
+    for member in (a, b, c):
+        member.call("new_backend", long_s)
+    info = host.prepare_epoch(0, 3)
+    for rank, member in enumerate((a, b, c)):
+        member.send("init", rank, info, long_s)
+    for rank, member in enumerate((a, b, c)):
+        assert member.reply() == ("ok", (rank, 3))
+    for member in (a, b, c):
+        member.send("allreduce_until_error")
+    for member in (a, b, c):
+        assert member.reply()[0] == "started"
+    time.sleep(0.5)
+    os.kill(c.pid, signal.SIGKILL)
+    c.process.join(timeout=10)
+    for member in (a, b):
+        kind, error_type, message = member.reply(timeout=long_s + REPLY_S)
+        assert (kind, error_type) == ("error", "HorovodCollectiveError"), message
+        assert "Timed out" not in message and "did not complete within" not in message, message
+    _form(host, 1, [a, b])
+    for result in _allreduce([a, b], [1.0, 5.0]):
+        assert result == _expected(3.0)
+    for member in (a, b):
+        member.call("new_backend", 5.0)
+
+
+def test_sever_mesh_shuts_only_gloo_sockets(pool: Pool, host: Any) -> None:
+    _require_horovod()
+    a, b, c = pool.get(3)
+    for member in (a, b, c):
+        member.call("new_backend", 60.0)
+    info = host.prepare_epoch(0, 3)
+    for rank, member in enumerate((a, b, c)):
+        member.send("init", rank, info, 60.0)
+    for rank, member in enumerate((a, b, c)):
+        assert member.reply() == ("ok", (rank, 3))
+    severed, received = a.call("sever_beside_bystander")
+    # At least one connection to each peer (Horovod keeps several gloo contexts per group).
+    assert severed >= 2
+    assert received == "still here"
+    # The peers' collectives fail from the closed connections, not from a timeout.
+    for member in (b, c):
+        member.send("allreduce", 1.0)
+    for member in (b, c):
+        kind, error_type, message = member.reply(timeout=60.0 + REPLY_S)
+        assert (kind, error_type) == ("error", "HorovodCollectiveError"), message
+        assert "Timed out" not in message and "did not complete within" not in message, message
+    for member in (a, b, c):
+        member.call("new_backend", 5.0)
 
 
 def test_peer_that_never_arrives_raises_instead_of_aborting(pool: Pool, host: Any) -> None:
