@@ -14,11 +14,13 @@ Two Horovod behaviours shape this module (measured, see ``docs/horovod.md``):
   runtime calls ``std::terminate`` and the whole process aborts. Ranks therefore meet in a Python
   pre-barrier on the controller first: ``hvd.init()`` only starts once every rank of the epoch is
   known to be alive, and a missing peer raises :class:`HorovodRendezvousError` instead.
-* A peer that dies mid-collective makes survivors raise within about a second (gloo sees the
-  closed socket); a peer that hangs is caught by gloo's timeout; but a peer that is alive and
-  simply never submits the tensor leaves survivors waiting forever (Horovod's stall shutdown did
-  not fire in our tests). Every collective here is therefore asynchronous with a watchdog
-  deadline of ``timeout_s``.
+* A peer that dies mid-collective wakes only the survivors connected to it; with 3 or more
+  ranks another survivor stays blocked in gloo on a live but failed peer until gloo's timeout.
+  A rank whose collective fails therefore shuts down its gloo sockets
+  (:meth:`HorovodBackend.sever_mesh`), which wakes them all at once. A peer that hangs is caught
+  by gloo's timeout; but a peer that is alive and simply never submits the tensor leaves
+  survivors waiting forever (Horovod's stall shutdown did not fire in our tests). Every
+  collective here is therefore asynchronous with a watchdog deadline of ``timeout_s``.
 
 Ranks are laid out one per node (the runtime runs one rank per node): each rank is its own
 Horovod "host" (``local_size`` 1), so ranks may also share a machine, as in tests.
@@ -296,7 +298,8 @@ class HorovodBackend:
     negotiation loop: longer cycles cost less CPU while idle but add latency to each collective
     (see ``docs/horovod.md``); ``None`` keeps Horovod's default. ``gloo_timeout_s`` bounds
     each gloo transfer inside Horovod (never more than the ``timeout_s`` given to ``init``): it
-    is how long survivors of a killed rank can be held in ``hvd.shutdown()``. Horovod's
+    is how long survivors wait on a frozen peer (a killed one wakes them at once, see
+    :meth:`sever_mesh`), and where ``/proc`` is missing, on a killed one too. Horovod's
     background loop keeps exchanging messages every cycle while ranks compute, so a slow training
     step does not trip it.
     """
@@ -572,9 +575,8 @@ class HorovodBackend:
             "HOROVOD_CROSS_SIZE": str(info.world_size),
             "HOROVOD_HOSTNAME": _slot_hostname(rank),
             # Bounds gloo's waits: forming the mesh and any single transfer to a hung peer.
-            # Shorter than the collective watchdog: after a peer dies, hvd.shutdown() joins
-            # Horovod's background thread, which sits in a gloo recv from a survivor whose own
-            # loop already failed until this timeout; it is what a kill rescale costs.
+            # Shorter than the collective watchdog: a frozen peer keeps its sockets open, so
+            # only this timeout frees survivors (a killed one is handled by sever_mesh()).
             "HOROVOD_GLOO_TIMEOUT_SECONDS": str(
                 max(1, math.ceil(min(timeout_s, self._gloo_timeout_s)))
             ),
