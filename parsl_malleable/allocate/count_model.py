@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import pulp
 
 from parsl_malleable.allocate.horizon import HorizonClasses
-from parsl_malleable.allocate.objectives import MAXMIN_TIE_WEIGHT, job_scale
+from parsl_malleable.allocate.objectives import job_scale, set_milp_objective
 from parsl_malleable.allocate.piecewise import add_envelope_rate, add_piecewise_rate
 from parsl_malleable.allocate.spec import TrainingJob
 
@@ -155,14 +155,5 @@ def build_count_model(
             problem += pulp.LpAffineExpression(per_class[b]) <= capacity[b]
     if node_cap is not None:
         problem += pulp.LpAffineExpression(now_counts) <= node_cap
-    total = pulp.LpAffineExpression()
-    for score in scores:
-        total.addInPlace(score)
-    if objective == "maxmin" and scores:
-        floor = problem.add_variable("t")
-        for score in scores:
-            problem += score - floor >= 0
-        problem += floor + (MAXMIN_TIE_WEIGHT / len(scores)) * total
-    else:
-        problem += total
+    set_milp_objective(problem, scores, objective)
     return CountModel(problem, x, run, grow)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import pulp
+
 from parsl_malleable.allocate.errors import AllocationInputError
 from parsl_malleable.allocate.spec import TrainingJob
 
@@ -48,3 +50,23 @@ def combine(scores: Sequence[float], objective: str) -> float:
     if objective == "maxmin":
         return min(scores) + MAXMIN_TIE_WEIGHT * sum(scores) / len(scores)
     return float(sum(scores))
+
+
+def set_milp_objective(
+    problem: pulp.LpProblem, scores: Sequence[pulp.LpAffineExpression], objective: str
+) -> None:
+    """Make ``problem`` maximise what :func:`combine` computes, from per-job score expressions.
+
+    ``maxmin`` adds a floor variable ``t`` below every score and maximises ``t`` plus the
+    tie-breaking share of the total; the other objectives maximise the total.
+    """
+    total = pulp.LpAffineExpression()
+    for score in scores:
+        total.addInPlace(score)
+    if objective == "maxmin" and scores:
+        floor = problem.add_variable("t")
+        for score in scores:
+            problem += score - floor >= 0
+        problem += floor + (MAXMIN_TIE_WEIGHT / len(scores)) * total
+    else:
+        problem += total

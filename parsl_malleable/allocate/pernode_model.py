@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import pulp
 
-from parsl_malleable.allocate.objectives import MAXMIN_TIE_WEIGHT, job_scale
+from parsl_malleable.allocate.objectives import job_scale, set_milp_objective
 from parsl_malleable.allocate.piecewise import add_piecewise_rate
 from parsl_malleable.allocate.spec import TrainingJob
 
@@ -83,14 +83,5 @@ def build_pernode_model(
         problem += pulp.LpAffineExpression(terms) <= 1
     if node_cap is not None:
         problem += pulp.LpAffineExpression(everything) <= node_cap
-    total = pulp.LpAffineExpression()
-    for score in scores:
-        total.addInPlace(score)
-    if objective == "maxmin" and scores:
-        floor = problem.add_variable("t")
-        for score in scores:
-            problem += score - floor >= 0
-        problem += floor + (MAXMIN_TIE_WEIGHT / len(scores)) * total
-    else:
-        problem += total
+    set_milp_objective(problem, scores, objective)
     return PerNodeModel(problem, a)

@@ -12,7 +12,6 @@ import math
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TypeVar
 
 from parsl_malleable.errors import SchedulerCommandError
 from parsl_malleable.schedulers.commands import CommandResult, describe_failure, run_command
@@ -23,10 +22,12 @@ from parsl_malleable.schedulers.pbs_parse import (
     parse_qstat,
     parse_qsub,
 )
-from parsl_malleable.schedulers.records import JobState, JobStatus, OutputParseError
+from parsl_malleable.schedulers.records import (
+    JobState,
+    JobStatus,
+    parse_output,
+)
 from parsl_malleable.windows.snapshot import Node, PendingJob, Reservation, RunningJob, Snapshot
-
-T = TypeVar("T")
 
 
 def build_pbs_snapshot(
@@ -145,24 +146,17 @@ class PBSScheduler:
             check=check,
         )
 
-    @staticmethod
-    def _parse(argv: list[str], parser: Callable[[str], T], text: str) -> T:
-        try:
-            return parser(text)
-        except OutputParseError as exc:
-            raise SchedulerCommandError(argv, f"unparseable output: {exc}") from exc
-
     def snapshot(self) -> Snapshot:
         """Nodes, running and queued jobs (and reservations) now, in two or three queries."""
         now = self.clock()
         argv = ["pbsnodes", "-a", "-F", "json"]
-        nodes = self._parse(argv, parse_pbsnodes, self._run(argv).stdout)
+        nodes = parse_output(argv, parse_pbsnodes, self._run(argv).stdout)
         argv = ["qstat", "-f", "-F", "json"]
-        jobs = self._parse(argv, parse_qstat, self._run(argv).stdout)
+        jobs = parse_output(argv, parse_qstat, self._run(argv).stdout)
         reservations: list[Reservation] = []
         if self.reservations:
             argv = ["pbs_rstat", "-f"]
-            reservations = self._parse(argv, parse_pbs_rstat, self._run(argv).stdout)
+            reservations = parse_output(argv, parse_pbs_rstat, self._run(argv).stdout)
         return build_pbs_snapshot(
             now,
             nodes,
@@ -238,7 +232,7 @@ class PBSScheduler:
             output=output,
             extra_args=extra_args,
         )
-        return self._parse(argv, parse_qsub, self._run(argv).stdout)
+        return parse_output(argv, parse_qsub, self._run(argv).stdout)
 
     def status(self, job_ids: Sequence[str]) -> dict[str, JobStatus]:
         """State of each job (finished ones too, ``qstat -x``); unknown ids are UNKNOWN."""
@@ -252,7 +246,7 @@ class PBSScheduler:
             raise SchedulerCommandError(argv, describe_failure(result.returncode, result.stderr))
         jobs: list[PBSJob] = []
         if result.stdout.strip():
-            jobs = self._parse(argv, parse_qstat, result.stdout)
+            jobs = parse_output(argv, parse_qstat, result.stdout)
         found = {}
         for job in jobs:
             found[job.job_id] = JobStatus(

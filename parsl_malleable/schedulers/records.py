@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import TypeVar
 
-from parsl_malleable.errors import SnapshotError
+from parsl_malleable.errors import SchedulerCommandError, SnapshotError
+
+T = TypeVar("T")
 
 
 class JobState(StrEnum):
@@ -74,3 +78,12 @@ class OutputParseError(SnapshotError):
         self.field = field
         self.reason = message
         super().__init__(f"{field}: {message}")
+
+
+def parse_output(argv: Sequence[str], parser: Callable[[str], T], text: str) -> T:
+    """``parser(text)``; output it cannot read becomes a :class:`SchedulerCommandError` naming
+    the command, which the provider survives like any other failed query."""
+    try:
+        return parser(text)
+    except OutputParseError as exc:
+        raise SchedulerCommandError(list(argv), f"unparseable output: {exc}") from exc

@@ -12,11 +12,15 @@ import os
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TypeVar
 
 from parsl_malleable.errors import SchedulerCommandError
 from parsl_malleable.schedulers.commands import CommandResult, describe_failure, run_command
-from parsl_malleable.schedulers.records import JobState, JobStatus, OutputParseError
+from parsl_malleable.schedulers.records import (
+    JobState,
+    JobStatus,
+    OutputParseError,
+    parse_output,
+)
 from parsl_malleable.schedulers.slurm_parse import (
     SINFO_FORMAT,
     SQUEUE_FORMAT,
@@ -35,8 +39,6 @@ ACTIVE_STATES = "PENDING,RUNNING,CONFIGURING,COMPLETING,SUSPENDED"
 NEVER_STARTS = {"DependencyNeverSatisfied"}
 # Constant wrapper so an argument vector can be submitted without building a shell string.
 EXEC_WRAPPER = '#!/bin/sh\nexec "$@"\n'
-
-T = TypeVar("T")
 
 
 def build_snapshot(
@@ -169,12 +171,6 @@ class SlurmScheduler:
             check=check,
         )
 
-    def _parse(self, argv: list[str], parser: Callable[[str], T], text: str) -> T:
-        try:
-            return parser(text)
-        except OutputParseError as exc:
-            raise SchedulerCommandError(argv, f"unparseable output: {exc}") from exc
-
     def sinfo_argv(self) -> list[str]:
         argv = ["sinfo", "-N", "--noheader", "-o", SINFO_FORMAT]
         return argv + (["-p", self.partition] if self.partition else [])
@@ -189,13 +185,13 @@ class SlurmScheduler:
         """Nodes, running and pending jobs (and reservations) now, in two or three queries."""
         now = self.clock()
         argv = self.sinfo_argv()
-        sinfo = self._parse(argv, parse_sinfo_nodes, self._run(argv).stdout)
+        sinfo = parse_output(argv, parse_sinfo_nodes, self._run(argv).stdout)
         argv = self.squeue_argv()
-        jobs = self._parse(argv, parse_squeue, self._run(argv).stdout)
+        jobs = parse_output(argv, parse_squeue, self._run(argv).stdout)
         reservations: list[Reservation] = []
         if self.reservations:
             argv = ["scontrol", "show", "reservation", "--oneliner"]
-            reservations = self._parse(argv, parse_reservations, self._run(argv).stdout)
+            reservations = parse_output(argv, parse_reservations, self._run(argv).stdout)
         try:
             return build_snapshot(
                 now,
@@ -297,7 +293,7 @@ class SlurmScheduler:
 
     def _submit(self, argv: list[str]) -> str:
         result = self._run(argv)
-        return self._parse(argv, parse_sbatch_parsable, result.stdout)
+        return parse_output(argv, parse_sbatch_parsable, result.stdout)
 
     def test_start(
         self, nodes: int, walltime_s: float, partition: str | None = None
@@ -308,7 +304,7 @@ class SlurmScheduler:
         argv[1:1] = ["--test-only"]
         argv += ["--wrap", "true"]
         result = self._run(argv)
-        start, hosts, _partition = self._parse(argv, parse_test_only, result.stderr)
+        start, hosts, _partition = parse_output(argv, parse_test_only, result.stderr)
         return start, hosts
 
     def status(self, job_ids: Sequence[str]) -> dict[str, JobStatus]:
@@ -325,7 +321,7 @@ class SlurmScheduler:
                 raise SchedulerCommandError(argv, message)
             rows: list[SqueueRow] = []
         else:
-            rows = self._parse(argv, parse_squeue, result.stdout)
+            rows = parse_output(argv, parse_squeue, result.stdout)
         found = {
             row.job_id: JobStatus(
                 job_id=row.job_id,
