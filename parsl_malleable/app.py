@@ -4,23 +4,23 @@ Calling the decorated function returns an :class:`~parsl.dataflow.futures.AppFut
 is the training function's return value on rank 0 of the group that finished training, however
 many times the job grew, shrank or stopped on the way. Behind it:
 
-* a controller task runs in the calling process (on a thread executor added to the DFK) and owns
-  the membership :class:`~parsl_malleable.elastic.coordinator.Coordinator` and the backend's
-  rendezvous service, so neither lives on a block that can vanish;
-* it submits one long-running rank task per idle worker of the HighThroughputExecutor (one worker
-  per node) and keeps doing so as blocks appear;
-* ranks join at the next commit, leave at a commit when their block is drained, and roll back to
-  the last commit when a peer is lost; with no rank left the job waits, and the next ranks resume
-  from the last disk checkpoint.
+* each call registers a job with the executor's :class:`~parsl_malleable.controller.Controller`
+  (one per executor, in the calling process), which decides with the allocator which nodes the
+  job gets, and enforces it through agents on the workers;
+* the job's membership :class:`~parsl_malleable.elastic.coordinator.Coordinator` and the
+  backend's rendezvous service live in the calling process too, so neither lives on a block that
+  can vanish;
+* ranks join at the next commit, leave at a commit when their node goes to another job or their
+  block ends, and roll back to the last commit when a peer is lost; with no rank left the job
+  waits, and the next ranks resume from the last disk checkpoint.
 """
 
 from __future__ import annotations
 
 import functools
-import importlib
+import itertools
 import logging
-import time
-import uuid
+import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -29,16 +29,24 @@ import parsl
 from parsl.app.app import python_app
 from parsl.dataflow.futures import AppFuture
 from parsl.executors import HighThroughputExecutor, ThreadPoolExecutor
-from parsl.executors.high_throughput.errors import ManagerLost, WorkerLost
 
+from parsl_malleable.allocate.curve import ScalingCurve
+from parsl_malleable.controller.agent import JobPayload
+from parsl_malleable.controller.functions import function_reference
+from parsl_malleable.controller.live import Controller, controller_for
+from parsl_malleable.controller.model import JobSpec
 from parsl_malleable.elastic.backends import BACKENDS, get_rendezvous_host
 from parsl_malleable.elastic.coordinator import Coordinator
-from parsl_malleable.elastic.rank import RankOutcome, RankSettings, RankSpec, run_rank
+from parsl_malleable.elastic.rank import RankSettings
 from parsl_malleable.errors import ConfigError, MalleableError
 
 logger = logging.getLogger(__name__)
 
 CONTROLLER_EXECUTOR = "_malleable_controller"
+# Each unfinished job's AppFuture waits on one thread of this executor (a blocked thread
+# costs little); the cap only bounds how many jobs can be in flight at once.
+CONTROLLER_THREADS = 1024
+_job_numbers = itertools.count(1)
 
 
 class ElasticJobError(MalleableError):
@@ -63,9 +71,9 @@ class ElasticOptions:
     heartbeat_timeout_s: float = 10.0
     settle_s: float = 0.5
     reform_timeout_s: float = 60.0
-    poll_interval_s: float = 0.25
-    rank_start_timeout_s: float = 120.0
     torch_threads: int | None = 1
+    priority: float = 1.0
+    curve: ScalingCurve | None = None
 
     def validate(self) -> None:
         """Raise :class:`ConfigError` naming the first bad setting."""
@@ -100,181 +108,90 @@ class ElasticOptions:
         )
 
 
-FunctionRef = tuple[str, str]
-
-
-def _reference(fn: Callable[..., Any]) -> FunctionRef | Callable[..., Any]:
-    """``(module, qualname)`` of an importable function, else the function itself.
-
-    Sent by name, a function decorated in place still resolves on the worker (to the wrapper,
-    which :func:`_resolve` unwraps); functions of ``__main__`` or a notebook travel by value.
-    """
-    module, qualname = getattr(fn, "__module__", None), getattr(fn, "__qualname__", "")
-    if module and module != "__main__" and "<locals>" not in qualname:
-        return (module, qualname)
-    return fn
-
-
-def _resolve(ref: FunctionRef | Callable[..., Any]) -> Callable[..., Any]:
-    if callable(ref):
-        return ref
-    module, qualname = ref
-    obj: Any = importlib.import_module(module)
-    for part in qualname.split("."):
-        obj = getattr(obj, part)
-    return obj.fn if isinstance(obj, MalleableApp) else obj
-
-
-def _rank_task(
-    spec: RankSpec,
-    fn: FunctionRef | Callable[..., Any],
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-) -> RankOutcome:
-    return run_rank(spec, _resolve(fn), args, kwargs)
-
-
-def _control_task(job: ElasticJob) -> Any:
-    return job.control()
+def _await_job(job: ElasticJob) -> Any:
+    return job.wait()
 
 
 class ElasticJob:
-    """One call of a malleable app: its future, its coordinator, and controls for providers.
+    """One call of a malleable app: its future, its coordinator, and controls.
 
-    A provider that is about to lose a block (deadline, preemption notice) calls
-    :meth:`drain_blocks` first; ranks there leave at the next commit without losing work.
+    ``future`` resolves with rank 0's return value; ``coordinator`` is the job's membership
+    authority; :meth:`drain_blocks` makes ranks on those blocks leave at their next commit
+    (nothing new goes there); :meth:`cancel` stops training.
     """
 
     def __init__(
         self,
-        fn: Callable[..., Any],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
+        name: str,
+        payload: JobPayload,
         options: ElasticOptions,
-        executor: HighThroughputExecutor,
+        controller: Controller,
     ) -> None:
+        self.name = name
         self.options = options
-        self.executor = executor
-        self._fn = fn
-        self._args = args
-        self._kwargs = kwargs
-        host = options.controller_host or executor.address or "127.0.0.1"
+        self.payload = payload
+        self.controller = controller
+        per_node = controller.ranks_per_node
+        host = options.controller_host or controller.host
         self.coordinator = Coordinator(
             get_rendezvous_host(options.backend, host=host),
-            min_nodes=options.min_nodes,
-            max_nodes=options.max_nodes,
+            min_nodes=options.min_nodes * per_node,
+            max_nodes=options.max_nodes * per_node,
             host=host,
             settle_s=options.settle_s,
             reform_timeout_s=options.reform_timeout_s,
             heartbeat_timeout_s=options.heartbeat_timeout_s,
         )
-        self._drained_blocks: set[str] = set()
-        self._submitted: dict[str, tuple[AppFuture, float]] = {}
-        self._rank_app = python_app(_rank_task, executors=[executor.label])
         self.future: AppFuture | None = None
+        self._done = threading.Event()
+        self._value: Any = None
+        self._error: str | None = None
         self._dfk = parsl.dfk()
 
     # ------------------------------------------------------------ controls
 
     def drain_blocks(self, block_ids: Iterable[str]) -> list[str]:
-        """Ranks on these blocks leave at their next commit; no new rank is sent there."""
+        """Ranks on these Parsl blocks leave at their next commit; nothing new goes there.
+
+        Blocks are shared by every job of the executor, so this drains them for all jobs.
+        """
         blocks = [str(b) for b in block_ids]
-        self._drained_blocks.update(blocks)
+        self.controller.drain_blocks(blocks, reason="drained by the user")
         return self.coordinator.drain(block_ids=blocks)
 
     def cancel(self, reason: str = "cancelled by the user") -> None:
         """Stop training: ranks exit at their next membership check; the future raises."""
         self.coordinator.abort(reason)
 
-    def ranks_submitted(self) -> int:
-        """Rank tasks submitted so far."""
-        return len(self._submitted)
+    @property
+    def ended(self) -> bool:
+        """Whether the job finished or failed."""
+        return self._done.is_set()
 
-    # ------------------------------------------------------------ controller
+    # ------------------------------------------------------ called by the controller
 
-    def control(self) -> Any:
-        """Run the job to completion (the body of the controller task)."""
-        self.coordinator.start()
-        try:
-            return self._loop()
-        finally:
-            self.coordinator.close()
+    def complete(self, value: Any) -> None:
+        """Rank 0 finished with ``value``."""
+        if not self._done.is_set():
+            self._value = value
+            self._done.set()
 
-    def _loop(self) -> Any:
-        host, port = self.coordinator.address
-        while True:
-            if getattr(self._dfk, "cleanup_called", False) and self.coordinator.outcome is None:
+    def fail(self, message: str) -> None:
+        """The job cannot finish: its future raises :class:`ElasticJobError` with ``message``."""
+        if not self._done.is_set():
+            self._error = message
+            self.coordinator.abort(message)
+            self._done.set()
+
+    def wait(self) -> Any:
+        """Block until the job ends; its value, or :class:`ElasticJobError`."""
+        while not self._done.wait(0.25):
+            if getattr(self._dfk, "cleanup_called", False):
                 # The DFK waits for its thread executor's tasks: end instead of blocking it.
-                self.coordinator.abort("the Parsl DataFlowKernel is shutting down")
-            if self.coordinator.outcome == "aborted":
-                raise ElasticJobError(self.coordinator.abort_message or "training aborted")
-            finished = self._collect()
-            if finished is not None:
-                return finished.value
-            if self.coordinator.outcome == "done" and not self._submitted:
-                raise ElasticJobError(
-                    "training finished but the task of rank 0 failed before returning its "
-                    "result (its worker was lost); the final checkpoint is in "
-                    f"{self.options.checkpoint_dir}"
-                )
-            if self.coordinator.outcome is None:
-                for _ in range(self._ranks_to_submit()):
-                    self._submit(host, port)
-            time.sleep(self.options.poll_interval_s)
-
-    def _collect(self) -> RankOutcome | None:
-        for member_id, (future, _) in list(self._submitted.items()):
-            if not future.done():
-                continue
-            error = future.exception()
-            if error is not None:
-                del self._submitted[member_id]
-                if isinstance(error, ManagerLost | WorkerLost):
-                    # A node (or its worker) is gone: expected, the survivors carry on.
-                    self.coordinator.member_lost(member_id, f"rank task lost: {error}")
-                else:
-                    # run_rank returns for every expected ending; anything else would fail
-                    # again on the next rank, so end the job with the error.
-                    self.coordinator.abort(f"rank task {member_id} failed: {error!r}")
-                continue
-            outcome: RankOutcome = future.result()
-            del self._submitted[member_id]
-            if outcome.status == "finished" and outcome.rank == 0:
-                return outcome
-        return None
-
-    def _ranks_to_submit(self) -> int:
-        now = time.monotonic()
-        inflight = sum(
-            1
-            for member_id, (future, submitted_at) in self._submitted.items()
-            if not future.done()
-            and not self.coordinator.registered(member_id)
-            and now - submitted_at < self.options.rank_start_timeout_s
-        )
-        try:
-            managers = self.executor.connected_managers()
-        except Exception as exc:
-            logger.debug("cannot list managers: %s", exc)
-            return 0
-        idle = sum(
-            max(0, int(m["worker_count"]) - int(m["tasks"]))
-            for m in managers
-            if m.get("active", True) and str(m.get("block_id")) not in self._drained_blocks
-        )
-        room = self.options.max_nodes - self.coordinator.live_members() - inflight
-        return max(0, min(idle - inflight, room))
-
-    def _submit(self, host: str, port: int) -> None:
-        spec = RankSpec(
-            host=host,
-            port=port,
-            token=self.coordinator.token,
-            settings=self.options.rank_settings(),
-            member_id=uuid.uuid4().hex[:12],
-        )
-        future = self._rank_app(spec, _reference(self._fn), self._args, self._kwargs)
-        self._submitted[spec.member_id] = (future, time.monotonic())
+                self.fail("the Parsl DataFlowKernel is shutting down")
+        if self._error is not None:
+            raise ElasticJobError(self._error)
+        return self._value
 
 
 class MalleableApp:
@@ -286,14 +203,35 @@ class MalleableApp:
         self.options = options
         functools.update_wrapper(self, fn)
 
-    def submit(self, *args: Any, **kwargs: Any) -> ElasticJob:
-        """Start a job and return its :class:`ElasticJob` (``job.future`` is the AppFuture)."""
+    is_malleable_app = True
+
+    def submit(self, *args: Any, name: str | None = None, **kwargs: Any) -> ElasticJob:
+        """Start a job and return its :class:`ElasticJob` (``job.future`` is the AppFuture).
+
+        ``name`` names the job in the controller's decisions and logs (default: the function's
+        name and a number).
+        """
         dfk = parsl.dfk()
         executor = _find_executor(dfk, self.options.executor)
         if CONTROLLER_EXECUTOR not in dfk.executors:
-            dfk.add_executors([ThreadPoolExecutor(label=CONTROLLER_EXECUTOR, max_threads=16)])
-        job = ElasticJob(self.fn, args, kwargs, self.options, executor)
-        job.future = python_app(_control_task, executors=[CONTROLLER_EXECUTOR])(job)
+            dfk.add_executors(
+                [ThreadPoolExecutor(label=CONTROLLER_EXECUTOR, max_threads=CONTROLLER_THREADS)]
+            )
+        controller = controller_for(executor)
+        name = name or f"{self.fn.__name__}-{next(_job_numbers)}"
+        payload = JobPayload(
+            function_reference(self.fn), args, kwargs, self.options.rank_settings()
+        )
+        job = ElasticJob(name, payload, self.options, controller)
+        spec = JobSpec(
+            name,
+            min_nodes=self.options.min_nodes,
+            max_nodes=self.options.max_nodes,
+            priority=self.options.priority,
+            curve=self.options.curve,
+        )
+        controller.register(job, spec)
+        job.future = python_app(_await_job, executors=[CONTROLLER_EXECUTOR])(job)
         return job
 
     def __call__(self, *args: Any, **kwargs: Any) -> AppFuture:

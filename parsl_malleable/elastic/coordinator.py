@@ -71,6 +71,8 @@ class EpochRecord:
     last_step: int | None = None
     reported: dict[str, dict[str, Any]] = field(default_factory=dict)
     first_report_at: float | None = None
+    progress_at: float | None = None
+    mark: tuple[float, int] | None = None
 
     @property
     def world_size(self) -> int:
@@ -93,6 +95,7 @@ class Coordinator:
         reform_timeout_s: float = 60.0,
         heartbeat_timeout_s: float = 10.0,
         token: str | None = None,
+        measure_every_s: float = 2.0,
     ) -> None:
         if not 1 <= min_nodes <= max_nodes:
             raise ConfigError(
@@ -104,6 +107,9 @@ class Coordinator:
         self.settle_s = settle_s
         self.reform_timeout_s = reform_timeout_s
         self.heartbeat_timeout_s = heartbeat_timeout_s
+        self.measure_every_s = measure_every_s
+        self._throughput: list[tuple[int, float]] = []
+        self._rescales: list[tuple[str, float]] = []
         self.token = token or secrets.token_hex(16)
         self._rendezvous = rendezvous
         self._bind = (host, port)
@@ -112,6 +118,7 @@ class Coordinator:
         self._epochs: list[EpochRecord] = []
         self._current: EpochRecord | None = None
         self._saving: set[str] = set()
+        self._drain_on_arrival: set[str] = set()
         self._liveness: dict[str, socket.socket] = {}
         self._events: list[dict[str, Any]] = []
         self._last_registration = 0.0
@@ -164,6 +171,8 @@ class Coordinator:
         """
         wanted, blocks = set(member_ids), {str(b) for b in block_ids}
         with self._cond:
+            # A rank ordered to start but not registered yet leaves as soon as it arrives.
+            self._drain_on_arrival.update(wanted - set(self._members))
             marked = [
                 m.member_id
                 for m in self._members.values()
@@ -352,7 +361,9 @@ class Coordinator:
                 block_id=None if block is None else str(block),
                 registered_at=time.time(),
                 waiting=False,
+                leaving=member_id in self._drain_on_arrival,
             )
+            self._drain_on_arrival.discard(member_id)
             self._event("registered", member=member_id, block=block)
             self._cond.notify_all()
             return {"ok": True}
@@ -375,6 +386,8 @@ class Coordinator:
             if cur is None or message.get("epoch") != cur.number:
                 return {"change": True}
             step = int(message.get("step", 0))
+            samples = message.get("samples")
+            self._measure(cur, int(samples) if isinstance(samples, int) else step)
             if cur.resumed_at is None:
                 cur.resumed_at = time.time()
                 cur.start_step = step
@@ -432,7 +445,36 @@ class Coordinator:
         self.abort(f"rank {member_id} failed: {message.get('error', '?')}")
         return {"ok": True}
 
+    def take_measurements(self) -> tuple[list[tuple[int, float]], list[tuple[str, float]]]:
+        """Measurements since the last call: ``(world_size, samples/s)`` over stretches of at
+        least ``measure_every_s`` within one epoch, and ``(kind, seconds)`` rescale pauses
+        (``start``, ``up``, ``down``: from the previous epoch's last progress, or from forming
+        the first epoch, to the new epoch's first commit)."""
+        with self._cond:
+            taken = (self._throughput, self._rescales)
+            self._throughput, self._rescales = [], []
+            return taken
+
     # ----------------------------------------------------------------- internals
+
+    def _measure(self, cur: EpochRecord, samples: int) -> None:
+        now = time.time()
+        if cur.mark is None:
+            previous = [e for e in self._epochs if e.number < cur.number and e.progress_at]
+            if previous:
+                last = previous[-1]
+                kind = "up" if cur.world_size > last.world_size else "down"
+                if cur.world_size != last.world_size:
+                    self._rescales.append((kind, now - (last.progress_at or now)))
+            else:
+                self._rescales.append(("start", now - cur.formed_at))
+            cur.mark = (now, samples)
+        elif now - cur.mark[0] >= self.measure_every_s:
+            rate = (samples - cur.mark[1]) / (now - cur.mark[0])
+            if rate > 0:
+                self._throughput.append((cur.world_size, rate))
+            cur.mark = (now, samples)
+        cur.progress_at = now
 
     def _await_assignment(self, member_id: str, seq: int) -> dict[str, Any]:
         member = self._members[member_id]

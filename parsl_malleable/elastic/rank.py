@@ -77,6 +77,8 @@ class RankSpec:
     token: str
     settings: RankSettings = field(default_factory=RankSettings)
     member_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    local_rank: int = 0
+    device: str = "cpu"
 
 
 @dataclass
@@ -91,11 +93,18 @@ class RankOutcome:
 
 
 class RankContext:
-    """A rank's handle on the job: its rank and world size, collectives, and :meth:`run`."""
+    """A rank's handle on the job: its rank and world size, collectives, and :meth:`run`.
+
+    ``local_rank`` is the rank's index on its node and ``device`` the device it is bound to
+    (``cuda:i`` on a GPU node, else ``cpu``); both stay fixed while ``rank`` and
+    ``world_size`` change at every membership change.
+    """
 
     def __init__(self, spec: RankSpec) -> None:
         self.member_id = spec.member_id
         self.settings = spec.settings
+        self.local_rank = spec.local_rank
+        self.device = spec.device
         self.rank = -1
         self.world_size = 0
         self.epoch = 0
@@ -313,7 +322,11 @@ class RankContext:
         flag = torch.zeros(1, dtype=torch.float64)
         if self.rank == 0:
             reply = self._client.request(
-                "poll", member=self.member_id, epoch=self.epoch, step=state.step
+                "poll",
+                member=self.member_id,
+                epoch=self.epoch,
+                step=state.step,
+                samples=state.samples_trained(),
             )
             flag[0] = 1.0 if reply.get("change") else 0.0
         self.allreduce_mean_([flag])

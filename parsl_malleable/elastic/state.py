@@ -220,6 +220,15 @@ class ElasticState:
         if self._commit_hook is not None:
             self._commit_hook(self)
 
+    def samples_trained(self) -> int:
+        """Samples trained so far: the sampler's position over all epochs, else the steps.
+
+        Rank 0 reports it at membership checks; the controller turns it into samples/s.
+        """
+        if self.sampler is None:
+            return self.step
+        return self.sampler.epoch * self.sampler.num_samples + self.sampler.position
+
     def restore(self) -> None:
         """Roll back to the last commit (after a failed collective)."""
         if self._committed is not None:

@@ -8,7 +8,9 @@ from parsl.config import Config
 from parsl.executors import ThreadPoolExecutor
 
 from apps.digits import train_elastic
-from parsl_malleable.app import ElasticOptions, _reference, _resolve, malleable_app
+from parsl_malleable.app import ElasticOptions, malleable_app
+from parsl_malleable.controller.functions import function_reference as _reference
+from parsl_malleable.controller.functions import resolve_function as _resolve
 from parsl_malleable.errors import ConfigError
 
 

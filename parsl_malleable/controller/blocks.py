@@ -1,0 +1,86 @@
+"""Block sources: where the controller learns which blocks exist, when they end, and yields.
+
+A source answers one question, ``blocks()``: the live blocks now, each with its nodes,
+deadline and whether it is yielding. The controller diffs successive answers into the core's
+events (appeared or changed, yielding, gone); "nearing its deadline" the core works out from
+the deadline and its own clock. :class:`ProviderBlocks` reads a
+:class:`~parsl_malleable.provider.BackfillProvider`'s book (no scheduler command: the provider
+polls on its own thread) and wakes the controller the moment a block has to yield. Without a
+source (a plain HTEX with, say, a LocalProvider) blocks are known from the agents that connect,
+have no deadline, and are left only when someone calls ``drain_blocks``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from parsl_malleable.harvest.ledger import BlockInfo, Phase
+
+
+@dataclass(frozen=True)
+class BlockView:
+    """One live block: ``key`` names this incarnation (Parsl block id and scheduler job id),
+    ``parsl_block`` the Parsl block id its workers report, ``deadline`` its wall-clock end."""
+
+    key: str
+    parsl_block: str
+    nodes: tuple[str, ...]
+    deadline: float | None
+    yielding: bool
+    reason: str = ""
+
+
+class BlockSource(Protocol):
+    """What the controller asks of whatever provides its blocks."""
+
+    def blocks(self) -> Sequence[BlockView]:
+        """The live blocks now."""
+        ...
+
+    def attach(self, wake: Callable[[], None]) -> None:
+        """Call ``wake()`` whenever the answer of :meth:`blocks` changes urgently (a yield)."""
+        ...
+
+
+def block_key(parsl_block: str, scheduler_job: str | None) -> str:
+    """The controller's name for one incarnation of a Parsl block (slots are refilled)."""
+    return f"{parsl_block}/{scheduler_job}" if scheduler_job else parsl_block
+
+
+class ProviderBlocks:
+    """The blocks of a :class:`~parsl_malleable.provider.BackfillProvider`."""
+
+    def __init__(self, provider: object) -> None:
+        self.provider = provider
+
+    def blocks(self) -> list[BlockView]:
+        """The provider's running and yielding blocks (pending ones hold no node yet)."""
+        infos: list[BlockInfo] = self.provider.blocks()  # type: ignore[attr-defined]
+        return [
+            BlockView(
+                key=block_key(info.block_id, info.job_id),
+                parsl_block=info.block_id,
+                nodes=info.nodes,
+                deadline=info.deadline,
+                yielding=info.phase is Phase.YIELDING,
+                reason="yields to a native job" if info.phase is Phase.YIELDING else "",
+            )
+            for info in infos
+            if info.phase in (Phase.RUNNING, Phase.YIELDING)
+        ]
+
+    def attach(self, wake: Callable[[], None]) -> None:
+        """Chain onto the provider's yield hook, keeping any hook the user set."""
+        previous = self.provider.on_yield  # type: ignore[attr-defined]
+
+        def on_yield(info: BlockInfo) -> None:
+            if previous is not None:
+                previous(info)
+            wake()
+
+        self.provider.on_yield = on_yield  # type: ignore[attr-defined]
+
+
+__all__ = ["BlockSource", "BlockView", "ProviderBlocks", "block_key"]

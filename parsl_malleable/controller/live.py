@@ -1,0 +1,538 @@
+"""``Controller``: the live loop joining blocks, jobs, the allocator and the ranks.
+
+One controller per harvesting executor, in the user's process. Every ``tick_s`` (and at once
+when woken by a yield or an agent) it:
+
+1. collects ended agent tasks (a rank 0 that finished a job brings its result);
+2. reads the block source into the core (appeared, deadline, yielding, gone) and puts the
+   managers of blocks being left on hold in HTEX, so no task goes there again;
+3. feeds throughput and rescale pauses measured by the jobs' coordinators to the profiler;
+4. ends jobs that finished or failed;
+5. runs :meth:`ControllerCore.step` and carries out its orders: ``StartRanks`` sends each agent
+   on the node an order to run a rank of the job, ``DrainRanks`` asks the job's coordinator to
+   let the ranks there leave at their next commit;
+6. tops up agent tasks to the idle workers, and lets agents go when no job wants their nodes.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+import parsl
+from parsl.app.app import python_app
+from parsl.dataflow.futures import AppFuture
+from parsl.executors import HighThroughputExecutor
+from parsl.executors.high_throughput.errors import ManagerLost, WorkerLost
+from parsl.providers import LocalProvider
+
+from parsl_malleable.controller.agent import AgentExit, AgentSpec, JobPayload, run_agent
+from parsl_malleable.controller.agents import AgentLink, AgentServer
+from parsl_malleable.controller.blocks import BlockSource, ProviderBlocks, block_key
+from parsl_malleable.controller.core import ControllerCore, CoreSettings
+from parsl_malleable.controller.model import DrainRanks, JobSpec, StartRanks
+from parsl_malleable.errors import ConfigError
+
+if TYPE_CHECKING:
+    from parsl_malleable.app import ElasticJob
+
+logger = logging.getLogger(__name__)
+
+LOOPBACK = "127.0.0.1"
+_ATTRIBUTE = "_malleable_controller"
+
+
+def controller_address(executor: HighThroughputExecutor) -> str:
+    """The address ranks and agents reach this process at, never silently loopback.
+
+    The executor's own ``address`` when set; loopback when every block runs on this host
+    (LocalProvider, or a site profile saying so); otherwise a :class:`ConfigError` naming what
+    to set.
+    """
+    if executor.address:
+        return str(executor.address)
+    provider = executor.provider
+    if isinstance(provider, LocalProvider):
+        return LOOPBACK
+    profile = getattr(provider, "profile", None)
+    if profile is not None and getattr(profile, "address", None):
+        return str(profile.address)
+    raise ConfigError(
+        f"executor {executor.label!r}: its blocks run on other hosts, and nothing says which "
+        f"address of this host they can reach; set address= on harvest_executor() (or on the "
+        f"HighThroughputExecutor), e.g. parsl.addresses.address_by_interface('hsn0'), or "
+        f"'address:' in the site profile"
+    )
+
+
+def workers_per_node(executor: HighThroughputExecutor) -> int:
+    """Ranks per node: the executor's workers per node (one per GPU on GPU sites)."""
+    count = getattr(executor, "workers_per_node", None) or getattr(executor, "_workers_per_node", 1)
+    return max(1, int(count))
+
+
+class Controller:
+    """Blocks + registered jobs + profiled curves -> allocator -> ranks, enforced.
+
+    Made by :func:`controller_for` at the first ``@malleable_app`` call on an executor.
+    ``settings`` time and shape decisions (:class:`CoreSettings`); ``source`` is where blocks
+    come from (default: the executor's provider if it is a BackfillProvider); ``host`` is the
+    address to serve agents and ranks on (default: :func:`controller_address`).
+    """
+
+    def __init__(
+        self,
+        executor: HighThroughputExecutor,
+        *,
+        settings: CoreSettings | None = None,
+        source: BlockSource | None = None,
+        host: str | None = None,
+        tick_s: float = 0.25,
+        agent_start_timeout_s: float = 120.0,
+        agent_idle_s: float = 10.0,
+        max_agent_failures: int = 3,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.executor = executor
+        self.host = host or controller_address(executor)
+        self.core = ControllerCore(settings)
+        self.ranks_per_node = workers_per_node(executor)
+        self.tick_s = tick_s
+        self.agent_start_timeout_s = agent_start_timeout_s
+        self.agent_idle_s = agent_idle_s
+        self.max_agent_failures = max_agent_failures
+        self.clock = clock
+        if source is None and hasattr(executor.provider, "blocks"):
+            source = ProviderBlocks(executor.provider)
+        self.source = source
+        self._token = secrets.token_hex(16)
+        self._lock = threading.RLock()
+        self._jobs: dict[str, ElasticJob] = {}
+        self._ended: dict[str, ElasticJob] = {}
+        self._links: dict[str, AgentLink] = {}
+        self._agents: dict[str, tuple[AppFuture, float]] = {}
+        self._agent_job: dict[str, str] = {}  # agent id -> the job it last ran ranks of
+        self._seen_blocks: dict[str, str] = {}  # block key -> Parsl block id
+        self._held: set[str] = set()
+        self._agent_failures = 0
+        self._idle_since: dict[str, float] = {}
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._server: AgentServer | None = None
+        self._agent_app = python_app(run_agent, executors=[executor.label])
+        self._dfk = parsl.dfk()
+        self.moves: list[dict[str, Any]] = []
+        if self.source is not None:
+            self.source.attach(self._wake.set)
+        provider = executor.provider
+        if getattr(provider, "demand", False) is None:
+            provider.demand = self.demand  # type: ignore[attr-defined]
+
+    # ------------------------------------------------------------------ public API
+
+    def start(self) -> None:
+        """Serve agents and start the loop (idempotent)."""
+        with self._lock:
+            if self._thread is not None:
+                return
+            self._server = AgentServer(
+                (self.host, 0), self._token, self._on_hello, self._on_report, self._on_gone
+            )
+            self._server.start()
+            self._thread = threading.Thread(
+                target=self._run, name=f"controller-{self.executor.label}", daemon=True
+            )
+            self._thread.start()
+        logger.info(
+            "controller for executor %s serving agents on %s:%d (%d rank(s) per node)",
+            self.executor.label,
+            self.host,
+            self._server.server_address[1],
+            self.ranks_per_node,
+        )
+
+    def register(self, job: ElasticJob, spec: JobSpec) -> None:
+        """Schedule ``job`` (called by ``@malleable_app``)."""
+        with self._lock:
+            self.core.add_job(spec, self.clock())
+            self._jobs[spec.name] = job
+        job.coordinator.start()
+        logger.info(
+            "job %s registered: %d-%d nodes, priority %g, curve %s",
+            spec.name,
+            spec.min_nodes,
+            spec.max_nodes,
+            spec.priority,
+            "given" if spec.curve is not None else "to be profiled",
+        )
+        self.start()
+        self._wake.set()
+
+    def drain_blocks(self, parsl_blocks: Iterable[str], reason: str = "drained") -> list[str]:
+        """Leave these Parsl blocks: ranks there leave at their next commit, nothing new goes
+        there. Returns the block keys affected."""
+        wanted = {str(b) for b in parsl_blocks}
+        now = self.clock()
+        with self._lock:
+            keys = [k for k, b in self._seen_blocks.items() if b in wanted]
+            for key in keys:
+                block = self.core.blocks.get(key)
+                self.core.block_update(
+                    key,
+                    now,
+                    deadline=block.deadline if block else None,
+                    yielding=True,
+                    reason=reason,
+                )
+            self._hold(wanted)
+        self._wake.set()
+        return keys
+
+    def demand(self, context: object = None) -> int:
+        """Nodes the registered jobs could use (the provider's demand callable)."""
+        with self._lock:
+            return sum(spec.max_nodes for spec in self.core.jobs.values())
+
+    def state(self) -> dict[str, Any]:
+        """Jobs (nodes, target, measured throughput, world size), agents, last decision."""
+        with self._lock:
+            state = self.core.state()
+            for name, info in state["jobs"].items():
+                job = self._jobs.get(name)
+                if job is not None:
+                    info["world_size"] = job.coordinator.running_world_size()
+                    info["step"] = job.coordinator.last_step()
+            state["agents"] = len(self._links)
+            state["ended_jobs"] = sorted(self._ended)
+            return state
+
+    @property
+    def decisions(self) -> list[Any]:
+        """Every decision so far (see :class:`~parsl_malleable.controller.model.Decision`)."""
+        with self._lock:
+            return list(self.core.decisions)
+
+    def wait_for(self, predicate: Callable[[Controller], bool], timeout_s: float) -> bool:
+        """Block until ``predicate(self)`` holds (checked each tick); False on timeout."""
+        deadline = time.monotonic() + timeout_s
+        while not predicate(self):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(self.tick_s)
+        return True
+
+    def close(self) -> None:
+        """Stop: abort unfinished jobs, release every agent, stop serving."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(10)
+        with self._lock:
+            for job in list(self._jobs.values()):
+                job.fail("the controller was closed before the job finished")
+        if self._server is not None:
+            self._server.close()
+
+    # ------------------------------------------------------------------ agent channel
+
+    def _on_hello(self, hello: dict[str, Any]) -> AgentLink | None:
+        node_id = str(hello.get("pool", ""))
+        key = block_key(str(hello.get("block", "")), hello.get("job_id"))
+        now = self.clock()
+        with self._lock:
+            self._agent_failures = 0
+            block = self.core.blocks.get(key)
+            if self._stop.is_set() or (block is not None and block.yielding):
+                return None
+            link = AgentLink(
+                agent_id=str(hello.get("agent")),
+                node_id=node_id,
+                node_name=str(hello.get("node", node_id)),
+                block_key=key,
+                parsl_block=str(hello.get("block", "")),
+                local_rank=int(hello.get("local_rank", 0)),
+                local_size=max(1, int(hello.get("local_size", 1))),
+                jobs=frozenset(str(j) for j in hello.get("jobs", [])),
+            )
+            self._links[link.agent_id] = link
+            self._seen_blocks.setdefault(key, link.parsl_block)
+            peers = self._node_links(node_id)
+            if len(peers) >= link.local_size and all(p.job is None for p in peers):
+                self.core.node_ready(node_id, key, now, name=link.node_name)
+        self._wake.set()
+        return link
+
+    def _on_report(self, link: AgentLink, report: dict[str, Any]) -> None:
+        now = self.clock()
+        with self._lock:
+            job, link.job, link.member = link.job, None, None
+            if report.get("status") == "failed":
+                logger.warning("rank of job %s failed: %s", job, report.get("reason"))
+            if all(p.job is None for p in self._node_links(link.node_id)):
+                self.core.ranks_left(link.node_id, now)
+                self.moves.append({"node": link.node_id, "left": job, "time": now})
+        self._wake.set()
+
+    def _on_gone(self, link: AgentLink) -> None:
+        with self._lock:
+            self._links.pop(link.agent_id, None)
+            self.core.node_gone(link.node_id, self.clock())
+        self._wake.set()
+
+    def _node_links(self, node_id: str) -> list[AgentLink]:
+        return sorted(
+            (lk for lk in self._links.values() if lk.node_id == node_id),
+            key=lambda lk: lk.local_rank,
+        )
+
+    # ------------------------------------------------------------------ the loop
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(self.tick_s)
+            self._wake.clear()
+            if getattr(self._dfk, "cleanup_called", False):
+                logger.info("the DataFlowKernel is shutting down: controller stops")
+                self._stop.set()
+                with self._lock:
+                    for job in list(self._jobs.values()):
+                        job.fail("the Parsl DataFlowKernel is shutting down")
+                break
+            try:
+                self.tick()
+            except Exception:  # the loop must survive anything one tick meets
+                logger.exception("controller tick failed")
+        if self._server is not None:
+            self._server.close()
+
+    def tick(self) -> None:
+        """One pass of the loop (see the module docstring)."""
+        now = self.clock()
+        with self._lock:
+            self._collect_agents()
+            self._sync_blocks(now)
+            self._feed_measurements()
+            self._end_jobs(now)
+            for action in self.core.step(now):
+                if isinstance(action, StartRanks):
+                    self._start_ranks(action)
+                elif isinstance(action, DrainRanks):
+                    self._drain_ranks(action)
+            self._release_idle(now)
+        self._top_up_agents()
+
+    def _collect_agents(self) -> None:
+        for agent_id, (future, _) in list(self._agents.items()):
+            if not future.done():
+                continue
+            del self._agents[agent_id]
+            self._agent_job.pop(agent_id, None)
+            error = future.exception()
+            if error is None:
+                self._agent_failures = 0
+                self._agent_ended(future.result())
+            elif isinstance(error, ManagerLost | WorkerLost):
+                logger.info("agent %s lost with its worker: %s", agent_id, error)
+            else:
+                self._agent_failures += 1
+                logger.warning("agent task %s failed: %r", agent_id, error)
+                if self._agent_failures >= self.max_agent_failures:
+                    for job in list(self._jobs.values()):
+                        job.fail(f"agent tasks fail on the workers: {error!r}")
+
+    def _agent_ended(self, ended: AgentExit) -> None:
+        if ended.reason == "finished" and ended.outcome is not None and ended.job:
+            job = self._jobs.get(ended.job)
+            if job is not None:
+                job.complete(ended.outcome.value)
+        elif ended.reason == "lost":
+            logger.info("agent %s lost the controller: %s", ended.agent_id, ended.message)
+
+    def _sync_blocks(self, now: float) -> None:
+        if self.source is None:
+            return
+        live = {view.key: view for view in self.source.blocks()}
+        for key, view in live.items():
+            self._seen_blocks[key] = view.parsl_block
+            self.core.block_update(
+                key, now, deadline=view.deadline, yielding=view.yielding, reason=view.reason
+            )
+        for key in [k for k in self._seen_blocks if k not in live and k in self.core.blocks]:
+            self.core.block_gone(key, now)
+        leaving = {
+            self._seen_blocks[k]
+            for k, b in self.core.blocks.items()
+            if b.yielding and k in self._seen_blocks
+        }
+        self._hold(leaving)
+
+    def _hold(self, parsl_blocks: Iterable[str]) -> None:
+        """Put the HTEX managers of blocks being left on hold (no task is sent there)."""
+        for block in set(parsl_blocks) - self._held:
+            try:
+                self.executor._hold_block(block)
+            except Exception as exc:
+                logger.debug("hold of block %s: %s", block, exc)
+                continue
+            self._held.add(block)
+
+    def _feed_measurements(self) -> None:
+        for name, job in self._jobs.items():
+            rates, pauses = job.coordinator.take_measurements()
+            for world_size, rate in rates:
+                self.core.report_throughput(name, max(1, world_size // self.ranks_per_node), rate)
+            for kind, seconds in pauses:
+                self.core.report_rescale(name, kind, seconds)
+
+    def _end_jobs(self, now: float) -> None:
+        for name, job in list(self._jobs.items()):
+            outcome = job.coordinator.outcome
+            if outcome == "aborted" and not job.ended:
+                job.fail(job.coordinator.abort_message or "training aborted")
+            if outcome == "done" and not job.ended and not self._rank0_pending(name):
+                job.fail(
+                    "training finished but the task of rank 0 failed before returning its "
+                    f"result (its worker was lost); the final checkpoint is in "
+                    f"{job.options.checkpoint_dir}"
+                )
+            if job.ended:
+                self.core.end_job(name, now)
+                if not any(lk.job == name for lk in self._links.values()):
+                    job.coordinator.close()
+                    self._ended[name] = self._jobs.pop(name)
+
+    def _rank0_pending(self, name: str) -> bool:
+        """Whether an agent that ran ranks of ``name`` may still bring its result."""
+        return any(
+            not future.done()
+            for agent, (future, _) in self._agents.items()
+            if self._agent_job.get(agent) == name
+        )
+
+    def _start_ranks(self, action: StartRanks) -> None:
+        job = self._jobs.get(action.job)
+        links = self._node_links(action.node)
+        if job is None or not links:
+            self.core.ranks_left(action.node, self.clock())
+            return
+        if any(action.job not in lk.jobs for lk in links):
+            # These agents were sent before the job existed: replace them.
+            for lk in links:
+                lk.orders.put({"action": "refresh"})
+            self.core.node_gone(action.node, self.clock())
+            return
+        host, port = job.coordinator.address
+        for lk in links:
+            lk.job, lk.member = action.job, uuid.uuid4().hex[:12]
+            self._agent_job[lk.agent_id] = action.job
+            lk.orders.put(
+                {
+                    "action": "run",
+                    "job": action.job,
+                    "member": lk.member,
+                    "host": host,
+                    "port": port,
+                    "token": job.coordinator.token,
+                }
+            )
+        self.moves.append({"node": action.node, "joined": action.job, "time": self.clock()})
+
+    def _drain_ranks(self, action: DrainRanks) -> None:
+        job = self._jobs.get(action.job)
+        members = [lk.member for lk in self._node_links(action.node) if lk.member]
+        logger.info(
+            "job %s leaves node %s (%s)",
+            action.job,
+            self.core.nodes[action.node].name if action.node in self.core.nodes else action.node,
+            action.reason,
+        )
+        if job is not None and members:
+            job.coordinator.drain(member_ids=members)
+
+    def _wanted_nodes(self) -> int:
+        return sum(spec.max_nodes for spec in self.core.jobs.values())
+
+    def _release_idle(self, now: float) -> None:
+        """Let agents go from free nodes that are being left, or that no job can use."""
+        surplus = self._usable_nodes(now) - self._wanted_nodes()
+        for node in list(self.core.nodes.values()):
+            if node.job is not None:
+                self._idle_since.pop(node.node_id, None)
+                continue
+            since = self._idle_since.setdefault(node.node_id, now)
+            usable = self.core.usable(node, now)
+            if usable and not (surplus > 0 and now - since >= self.agent_idle_s):
+                continue
+            for lk in self._node_links(node.node_id):
+                lk.orders.put({"action": "exit", "reason": "no job wants this node"})
+            self.core.node_gone(node.node_id, now)
+            self._idle_since.pop(node.node_id, None)
+            surplus -= int(usable)
+
+    def _usable_nodes(self, now: float) -> int:
+        return sum(1 for n in self.core.nodes.values() if self.core.usable(n, now))
+
+    def _top_up_agents(self) -> None:
+        with self._lock:
+            if not self.core.jobs:
+                return
+            now = time.monotonic()
+            pending = [
+                a
+                for a, (f, t) in self._agents.items()
+                if a not in self._links and not f.done() and now - t < self.agent_start_timeout_s
+            ]
+            # Agents of a node whose other rank slots have not connected yet count as coming.
+            partial = sum(1 for lk in self._links.values() if lk.node_id not in self.core.nodes)
+            nodes_wanted = self._wanted_nodes() - self._usable_nodes(self.clock())
+            slots_wanted = nodes_wanted * self.ranks_per_node - len(pending) - partial
+            held = set(self._held)
+            catalogue = {name: job.payload for name, job in self._jobs.items() if not job.ended}
+        if slots_wanted <= 0:
+            return
+        try:
+            managers = self.executor.connected_managers()
+        except Exception as exc:
+            logger.debug("cannot list managers: %s", exc)
+            return
+        idle = sum(
+            max(0, int(m["worker_count"]) - int(m["tasks"]))
+            for m in managers
+            if m.get("active", True) and str(m.get("block_id")) not in held
+        )
+        count = min(idle - len(pending), slots_wanted)
+        logger.debug(
+            "agents: %d idle workers, %d agents starting, %d slots wanted -> %d new",
+            idle,
+            len(pending),
+            slots_wanted,
+            max(0, count),
+        )
+        if count <= 0:
+            return
+        address = self._server.server_address if self._server is not None else None
+        if address is None:
+            return
+        for _ in range(count):
+            spec = AgentSpec(self.host, int(address[1]), self._token, uuid.uuid4().hex[:12])
+            future = self._agent_app(spec, catalogue)
+            with self._lock:
+                self._agents[spec.agent_id] = (future, time.monotonic())
+
+
+def controller_for(executor: HighThroughputExecutor, **options: Any) -> Controller:
+    """The controller of ``executor``, made (with ``options``) on first use."""
+    controller = getattr(executor, _ATTRIBUTE, None)
+    if controller is None or controller._stop.is_set():
+        controller = Controller(executor, **options)
+        setattr(executor, _ATTRIBUTE, controller)
+    return controller
+
+
+__all__ = ["Controller", "JobPayload", "controller_address", "controller_for", "workers_per_node"]

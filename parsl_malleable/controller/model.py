@@ -1,0 +1,151 @@
+"""Plain data the controller's decision code works on: jobs, nodes, decisions and actions.
+
+Nothing here knows about time sources, sockets or Parsl: the live controller and the replay fill
+these from their own worlds and read the actions back.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from parsl_malleable.allocate.curve import ScalingCurve
+from parsl_malleable.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """A training job as the controller schedules it.
+
+    ``min_nodes``/``max_nodes`` bound its size whenever it runs (it may also get none);
+    ``priority`` weighs its samples in the ``weighted`` objective; ``curve`` is its scalability
+    curve in samples/s per node count if the user knows it (else the profiler learns it).
+    """
+
+    name: str
+    min_nodes: int = 1
+    max_nodes: int = 1024
+    priority: float = 1.0
+    curve: ScalingCurve | None = None
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise ConfigError("a job needs a name")
+        if not 1 <= self.min_nodes <= self.max_nodes:
+            raise ConfigError(
+                f"job {self.name!r}: need 1 <= min_nodes <= max_nodes; got "
+                f"min_nodes={self.min_nodes}, max_nodes={self.max_nodes}"
+            )
+        if not math.isfinite(self.priority) or self.priority <= 0:
+            raise ConfigError(f"job {self.name!r}: priority must be > 0; got {self.priority}")
+
+
+@dataclass
+class NodeState:
+    """One node that can host ranks, as the controller sees it.
+
+    ``block_id`` is the block holding it; ``job`` the job whose ranks run there now (set when
+    the start is ordered, cleared when every rank there has left); ``leaving`` is set once those
+    ranks have been asked to leave.
+    """
+
+    node_id: str
+    block_id: str
+    name: str
+    job: str | None = None
+    leaving: bool = False
+    ready_since: float = 0.0
+
+
+@dataclass
+class BlockState:
+    """One block: its deadline (wall-clock end, None if unknown) and whether it must be left."""
+
+    block_id: str
+    deadline: float | None = None
+    yielding: bool = False
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class StartRanks:
+    """Order: run ranks of ``job`` on ``node`` (the node is free)."""
+
+    job: str
+    node: str
+
+
+@dataclass(frozen=True)
+class DrainRanks:
+    """Order: the ranks of ``job`` on ``node`` leave at their next commit."""
+
+    job: str
+    node: str
+    reason: str
+
+
+Action = StartRanks | DrainRanks
+
+
+@dataclass(frozen=True)
+class JobTerms:
+    """One job's part of a decision: nodes before and after, and the curve values used."""
+
+    before: int
+    after: int
+    rate_before: float
+    rate_after: float
+    curve_source: str
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One allocation: which node goes to which job, why, and what it cost to find.
+
+    ``owner`` maps every usable node to its job (nodes absent stay free); ``terms`` gives each
+    job's node counts and curve values; ``objective``, ``solver``, ``status`` come from the
+    allocator; ``seconds`` is the wall time of the whole decision.
+    """
+
+    number: int
+    time: float
+    reason: str
+    owner: dict[str, str]
+    terms: dict[str, JobTerms]
+    objective: float
+    solver: str
+    status: str
+    seconds: float
+    usable_nodes: int
+    fallback: bool = False
+    message: str = ""
+    changes: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+    def nodes_of(self, job: str) -> list[str]:
+        """Nodes given to ``job``."""
+        return [n for n, j in self.owner.items() if j == job]
+
+    def summary(self) -> str:
+        """One line: each job's change and the objective."""
+        parts = [
+            f"{name} {t.before}->{t.after}"
+            for name, t in sorted(self.terms.items())
+            if t.before or t.after
+        ]
+        return (
+            f"decision {self.number} ({self.reason}): {', '.join(parts) or 'no job runs'}; "
+            f"{self.usable_nodes} usable nodes; objective {self.objective:.4g} "
+            f"({self.solver} {self.status}, {self.seconds * 1e3:.0f} ms)"
+        )
+
+
+__all__ = [
+    "Action",
+    "BlockState",
+    "Decision",
+    "DrainRanks",
+    "JobSpec",
+    "JobTerms",
+    "NodeState",
+    "StartRanks",
+]

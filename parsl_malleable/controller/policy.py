@@ -1,0 +1,163 @@
+"""The decision: usable nodes + jobs + curves -> which node goes to which job.
+
+A pure function of its inputs (no clock, no I/O), so the live controller and the replay make
+the same decision from the same state. Curves come from the user, else from the profiler's
+measurements with an optimistic bonus where it is unsure (so that unmeasured sizes get tried),
+else from a prior of linear scaling.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from parsl_malleable.allocate.api import allocate
+from parsl_malleable.allocate.curve import ScalingCurve
+from parsl_malleable.allocate.spec import NodeWindow, TrainingJob
+from parsl_malleable.controller.model import Decision, JobSpec, JobTerms
+from parsl_malleable.profile.profiler import ScalabilityProfiler
+
+
+@dataclass(frozen=True)
+class PolicySettings:
+    """How decisions are made.
+
+    ``objective``/``solver``/``time_limit_s`` go to the allocator; ``default_window_s`` is the
+    window of a node whose block has no known end; ``max_horizon_s`` caps the plan;
+    ``scale_up_s``/``scale_down_s`` are the rescale pauses assumed until the profiler has
+    measured some; ``explore_kappa`` is the optimism (in standard errors) given to sizes the
+    profiler is unsure of; ``prior_rate`` is the samples/s per node assumed for a job nothing is
+    known about (default: the mean one-node rate of the jobs measured so far, else 1).
+    """
+
+    objective: str = "weighted"
+    solver: str = "highs"
+    time_limit_s: float = 5.0
+    default_window_s: float = 3600.0
+    max_horizon_s: float = 3600.0
+    max_classes: int = 4
+    scale_up_s: float = 5.0
+    scale_down_s: float = 2.0
+    explore_kappa: float = 1.0
+    prior_rate: float | None = None
+
+
+def job_curve(
+    spec: JobSpec,
+    profiler: ScalabilityProfiler,
+    settings: PolicySettings,
+    prior_rate: float,
+) -> tuple[ScalingCurve, str]:
+    """The curve the allocator uses for ``spec`` and where it came from."""
+    if spec.curve is not None:
+        return spec.curve, "user"
+    if profiler.measured(spec.name):
+        curve = profiler.curve(spec.name, spec.max_nodes)
+        return curve.shifted(settings.explore_kappa), "profiled"
+    return ScalingCurve((1, spec.max_nodes), (prior_rate, prior_rate * spec.max_nodes)), "prior"
+
+
+def reference_rate(
+    jobs: Sequence[JobSpec], profiler: ScalabilityProfiler, settings: PolicySettings
+) -> float:
+    """Samples/s per node assumed for a job with no curve and no measurement."""
+    if settings.prior_rate is not None:
+        return settings.prior_rate
+    rates = []
+    for spec in jobs:
+        seen = profiler.measured(spec.name)
+        if seen:
+            rates.append(profiler.fit(spec.name).throughput(1))
+        elif spec.curve is not None:
+            rates.append(spec.curve(1))
+    rates = [r for r in rates if r > 0]
+    return sum(rates) / len(rates) if rates else 1.0
+
+
+def _windows(remaining: Mapping[str, float | None]) -> list[NodeWindow]:
+    by_length: dict[float, list[str]] = defaultdict(list)
+    for node, seconds in remaining.items():
+        if seconds is not None:
+            by_length[round(max(0.0, seconds))].append(node)
+    return [NodeWindow(tuple(nodes), length) for length, nodes in by_length.items()]
+
+
+def decide(
+    *,
+    number: int,
+    now: float,
+    reason: str,
+    jobs: Sequence[JobSpec],
+    holdings: Mapping[str, Sequence[str]],
+    remaining: Mapping[str, float | None],
+    profiler: ScalabilityProfiler,
+    settings: PolicySettings,
+) -> Decision:
+    """Allocate the usable nodes (``remaining``: node -> seconds its window has left, None if
+    unknown) to ``jobs``; ``holdings`` are the usable nodes each job runs on now."""
+    began = time.perf_counter()
+    prior = reference_rate(jobs, profiler, settings)
+    training: list[TrainingJob] = []
+    sources: dict[str, str] = {}
+    kept: set[str] = set()
+    for spec in jobs:
+        curve, sources[spec.name] = job_curve(spec, profiler, settings, prior)
+        held = tuple(n for n in holdings.get(spec.name, ()) if n in remaining)
+        # A job below its minimum (a node was lost) is planned afresh: its nodes are free.
+        current = held if spec.min_nodes <= len(held) <= spec.max_nodes else ()
+        kept.update(current)
+        training.append(
+            TrainingJob(
+                name=spec.name,
+                min_nodes=spec.min_nodes,
+                max_nodes=spec.max_nodes,
+                curve=curve,
+                scale_up_cost=profiler.rescale_cost(spec.name, "up"),
+                scale_down_cost=profiler.rescale_cost(spec.name, "down"),
+                weight=spec.priority,
+                current_nodes=current,
+            )
+        )
+    free = [n for n in remaining if n not in kept]
+    result = allocate(
+        training,
+        free,
+        _windows(remaining),
+        objective=settings.objective,
+        solver=settings.solver,
+        time_limit=settings.time_limit_s,
+        default_window_s=settings.default_window_s,
+        max_horizon_s=settings.max_horizon_s,
+        max_classes=settings.max_classes,
+    )
+    owner = {node: name for name, ids in result.node_ids.items() for node in ids}
+    terms: dict[str, JobTerms] = {}
+    changes: dict[str, tuple[int, int]] = {}
+    for job in training:
+        before = len([n for n in holdings.get(job.name, ()) if n in remaining])
+        after = result.nodes.get(job.name, 0)
+        terms[job.name] = JobTerms(
+            before, after, job.curve(before), job.curve(after), sources[job.name]
+        )
+        if before != after:
+            changes[job.name] = (before, after)
+    return Decision(
+        number=number,
+        time=now,
+        reason=reason,
+        owner=owner,
+        terms=terms,
+        objective=result.objective,
+        solver=result.solver,
+        status=result.status,
+        seconds=time.perf_counter() - began,
+        usable_nodes=len(remaining),
+        fallback=result.fallback,
+        message=result.message,
+        changes=changes,
+    )
+
+
+__all__ = ["PolicySettings", "decide", "job_curve", "reference_rate"]
