@@ -56,7 +56,8 @@ def job_curve(
     if profiler.measured(spec.name):
         curve = profiler.curve(spec.name, spec.max_nodes)
         return curve.shifted(settings.explore_kappa), "profiled"
-    return ScalingCurve((1, spec.max_nodes), (prior_rate, prior_rate * spec.max_nodes)), "prior"
+    # Linear scaling from zero: the prior never claims a size is worse than another.
+    return ScalingCurve((0, spec.max_nodes), (0.0, prior_rate * spec.max_nodes)), "prior"
 
 
 def reference_rate(

@@ -1,0 +1,133 @@
+"""The live controller on a real Parsl HTEX (LocalProvider blocks) with real digits training."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import parsl
+import pytest
+from parsl.config import Config
+from parsl.executors import HighThroughputExecutor
+from parsl.providers import LocalProvider
+
+from apps.digits import train_elastic
+from parsl_malleable.allocate.curve import ScalingCurve
+from parsl_malleable.app import malleable_app
+from parsl_malleable.controller.live import Controller
+from tests.elastic import elastic_scenario as sc
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[2]
+# Two nodes give a job little more than one: the allocator splits two nodes 1 + 1.
+CONCAVE = ScalingCurve((1, 2), (100.0, 110.0))
+
+
+def load(run_dir: Path, blocks: int, workers_per_node: int = 1) -> HighThroughputExecutor:
+    sc.environment_ready()
+    provider = LocalProvider(
+        init_blocks=blocks,
+        min_blocks=0,
+        max_blocks=8,
+        nodes_per_block=1,
+        worker_init=f"export PYTHONPATH={REPO}:$PYTHONPATH OMP_NUM_THREADS=1",
+    )
+    executor = HighThroughputExecutor(
+        label="ranks",
+        address="127.0.0.1",
+        max_workers_per_node=workers_per_node,
+        cores_per_worker=1 / workers_per_node,
+        heartbeat_period=2,
+        heartbeat_threshold=10,
+        provider=provider,
+        block_error_handler=False,
+    )
+    parsl.load(Config(executors=[executor], strategy="none", run_dir=str(run_dir)))
+    return executor
+
+
+def controller_of(executor: HighThroughputExecutor) -> Controller:
+    controller = getattr(executor, "_malleable_controller", None)
+    assert isinstance(controller, Controller)
+    return controller
+
+
+def test_two_jobs_on_two_workers_get_what_the_allocator_decided(tmp_path):
+    executor = load(tmp_path / "runinfo", blocks=2)
+    try:
+        app = malleable_app(
+            checkpoint_dir=str(tmp_path / "ckpt-a"), max_nodes=2, curve=CONCAVE, settle_s=1.0
+        )(train_elastic)
+        other = malleable_app(
+            checkpoint_dir=str(tmp_path / "ckpt-b"), max_nodes=2, curve=CONCAVE, settle_s=1.0
+        )(train_elastic)
+        a = app.submit(epochs=12, step_delay_s=0.02, name="a")
+        b = other.submit(epochs=12, step_delay_s=0.02, seed=1, name="b")
+        controller = controller_of(executor)
+        sizes: set[tuple[int, int]] = set()
+        shared: list[dict] = []
+        while not (a.ended and b.ended):
+            sizes.add((a.coordinator.running_world_size(), b.coordinator.running_world_size()))
+            state = controller.state()
+            names = [n for job in state["jobs"].values() for n in job["node_names"]]
+            if len(names) != len(set(names)):
+                shared.append(state)
+            time.sleep(0.1)
+        results = [a.future.result(timeout=60), b.future.result(timeout=60)]
+    finally:
+        parsl.dfk().cleanup()
+    # The allocator gave each job one node, and neither ever ran on more (no race).
+    both = [d for d in controller.decisions if len(d.owner) == 2]
+    assert both and all(sorted(d.owner.values()) == ["a", "b"] for d in both[:1])
+    assert (1, 1) in sizes, sizes
+    assert not [s for s in sizes if max(s) > 1], sizes
+    assert not shared, shared
+    assert all(r["test_accuracy"] >= 0.95 for r in results), results
+
+
+def test_two_ranks_per_node_with_local_ranks(tmp_path):
+    executor = load(tmp_path / "runinfo", blocks=2, workers_per_node=2)
+    try:
+        app = malleable_app(checkpoint_dir=str(tmp_path / "ckpt"), max_nodes=2, settle_s=1.0)(
+            train_elastic
+        )
+        job = app.submit(epochs=20, step_delay_s=0.01)
+        controller = controller_of(executor)
+        assert controller.ranks_per_node == 2
+        assert job.coordinator.wait_for(lambda c: c.running_world_size() == 4, 120)
+        with controller._lock:
+            placed = sorted((lk.node_id, lk.local_rank, lk.job) for lk in controller._links.values())
+        result = job.future.result(timeout=240)
+    finally:
+        parsl.dfk().cleanup()
+    nodes = {node for node, _, _ in placed}
+    assert len(nodes) == 2
+    assert sorted(rank for _, rank, _ in placed) == [0, 0, 1, 1]
+    assert {job_name for _, _, job_name in placed} == {job.name}
+    assert result["test_accuracy"] >= 0.95
+
+
+def test_a_killed_rank_is_replaced_on_its_node_within_15_s(tmp_path):
+    executor = load(tmp_path / "runinfo", blocks=2)
+    try:
+        app = malleable_app(checkpoint_dir=str(tmp_path / "ckpt"), max_nodes=2, settle_s=0.5)(
+            train_elastic
+        )
+        job = app.submit(epochs=40, step_delay_s=0.05)
+        sc.wait_size(job, 2, progress=5, timeout_s=120)
+        victim = job.coordinator.current_members()[1]
+        killed = time.monotonic()
+        os.kill(victim.pid, signal.SIGKILL)  # the rank (its worker process), not the block
+        sc.wait_size(job, 1, progress=1, timeout_s=60)
+        sc.wait_size(job, 2, progress=1, timeout_s=60)
+        back_after = time.monotonic() - killed
+        job.cancel("test over")
+    finally:
+        parsl.dfk().cleanup()
+    members = job.coordinator.current_members()
+    assert victim.pid not in {m.pid for m in members}
+    assert victim.block_id in {m.block_id for m in members}  # same node, new worker
+    assert back_after < 15.0, back_after
