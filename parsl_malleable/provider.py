@@ -571,13 +571,25 @@ class BackfillProvider(ExecutionProvider, RepresentationMixin):
 def harvest_executor(
     provider: BackfillProvider, label: str = "harvest", **htex_options: Any
 ) -> HighThroughputExecutor:
-    """A HighThroughputExecutor set up for ``provider``: one worker per node and the
-    :func:`~parsl_malleable.harvest.error_handler.backfill_error_handler`; ``htex_options``
-    override or add HTEX arguments."""
+    """A HighThroughputExecutor set up for ``provider`` and the malleable-app controller.
+
+    Defaults, each overridable through ``htex_options``: one worker per rank and
+    ``ranks_per_node`` ranks per node (one per GPU, pinned with ``available_accelerators``),
+    the :func:`~parsl_malleable.harvest.error_handler.backfill_error_handler`, the profile's
+    ``address`` (where compute nodes reach this host; the controller serves ranks there too),
+    and heartbeats of 2 s / 10 s so that a lost node is noticed in seconds, not minutes.
+    """
+    profile = provider.profile
     options: dict[str, Any] = {
-        "max_workers_per_node": 1,
+        "max_workers_per_node": profile.node_ranks,
         "block_error_handler": backfill_error_handler,
+        "heartbeat_period": 2,
+        "heartbeat_threshold": 10,
     }
+    if profile.gpus_per_node:
+        options["available_accelerators"] = profile.gpus_per_node
+    if profile.address:
+        options["address"] = profile.address
     options.update(htex_options)
     return HighThroughputExecutor(label=label, provider=provider, **options)
 

@@ -7,7 +7,12 @@ its orders. See docs/controller.md.
 
 from parsl_malleable.controller.blocks import BlockSource, BlockView, ProviderBlocks
 from parsl_malleable.controller.core import ControllerCore, CoreSettings
-from parsl_malleable.controller.live import Controller, controller_address, controller_for
+from parsl_malleable.controller.live import (
+    Controller,
+    configure,
+    controller_address,
+    controller_for,
+)
 from parsl_malleable.controller.model import Decision, DrainRanks, JobSpec, StartRanks
 from parsl_malleable.controller.policy import PolicySettings, decide
 
@@ -23,6 +28,7 @@ __all__ = [
     "PolicySettings",
     "ProviderBlocks",
     "StartRanks",
+    "configure",
     "controller_address",
     "controller_for",
     "decide",

@@ -118,7 +118,8 @@ class Controller:
         self._agents: dict[str, tuple[AppFuture, float]] = {}
         self._agent_job: dict[str, str] = {}  # agent id -> the job it last ran ranks of
         self._seen_blocks: dict[str, str] = {}  # block key -> Parsl block id
-        self._held: set[str] = set()
+        self._held_blocks: set[str] = set()  # Parsl block ids whose managers were held
+        self._held_managers: set[str] = set()
         self._agent_failures = 0
         self._idle_since: dict[str, float] = {}
         self._wake = threading.Event()
@@ -203,10 +204,13 @@ class Controller:
         """Jobs (nodes, target, measured throughput, world size), agents, last decision."""
         with self._lock:
             state = self.core.state()
+            where = {lk.member: lk.node_name for lk in self._links.values() if lk.member}
             for name, info in state["jobs"].items():
                 job = self._jobs.get(name)
                 if job is not None:
-                    info["world_size"] = job.coordinator.running_world_size()
+                    members = job.coordinator.current_members()
+                    info["world_size"] = len(members)
+                    info["rank_nodes"] = sorted({where.get(m.member_id, "?") for m in members})
                     info["step"] = job.coordinator.last_step()
             state["agents"] = len(self._links)
             state["ended_jobs"] = sorted(self._ended)
@@ -371,16 +375,33 @@ class Controller:
             if b.yielding and k in self._seen_blocks
         }
         self._hold(leaving)
+        # A slot's next scheduler job reuses the Parsl block id: its managers may be held anew.
+        self._held_blocks &= leaving
 
     def _hold(self, parsl_blocks: Iterable[str]) -> None:
-        """Put the HTEX managers of blocks being left on hold (no task is sent there)."""
-        for block in set(parsl_blocks) - self._held:
-            try:
-                self.executor._hold_block(block)
-            except Exception as exc:
-                logger.debug("hold of block %s: %s", block, exc)
-                continue
-            self._held.add(block)
+        """Put the HTEX managers of blocks being left on hold: no task is sent there again.
+
+        By manager, not by Parsl block id: a BackfillProvider slot reuses its block id for
+        the next scheduler job, whose managers must get work.
+        """
+        wanted = set(parsl_blocks) - self._held_blocks
+        if not wanted:
+            return
+        try:
+            managers = self.executor.connected_managers()
+        except Exception as exc:
+            logger.debug("cannot list managers to hold: %s", exc)
+            return
+        for manager in managers:
+            manager_id = str(manager.get("manager"))
+            if str(manager.get("block_id")) in wanted and manager_id not in self._held_managers:
+                try:
+                    self.executor._hold_manager(manager_id)
+                except Exception as exc:
+                    logger.debug("hold of manager %s: %s", manager_id, exc)
+                    continue
+                self._held_managers.add(manager_id)
+        self._held_blocks |= wanted
 
     def _feed_measurements(self) -> None:
         for name, job in self._jobs.items():
@@ -492,7 +513,6 @@ class Controller:
             partial = sum(1 for lk in self._links.values() if lk.node_id not in self.core.nodes)
             nodes_wanted = self._wanted_nodes() - self._usable_nodes(self.clock())
             slots_wanted = nodes_wanted * self.ranks_per_node - len(pending) - partial
-            held = set(self._held)
             catalogue = {name: job.payload for name, job in self._jobs.items() if not job.ended}
         if slots_wanted <= 0:
             return
@@ -504,7 +524,7 @@ class Controller:
         idle = sum(
             max(0, int(m["worker_count"]) - int(m["tasks"]))
             for m in managers
-            if m.get("active", True) and str(m.get("block_id")) not in held
+            if m.get("active", True)  # held managers are inactive
         )
         count = min(idle - len(pending), slots_wanted)
         logger.debug(
@@ -526,13 +546,37 @@ class Controller:
                 self._agents[spec.agent_id] = (future, time.monotonic())
 
 
-def controller_for(executor: HighThroughputExecutor, **options: Any) -> Controller:
-    """The controller of ``executor``, made (with ``options``) on first use."""
+def controller_for(executor: HighThroughputExecutor) -> Controller:
+    """The controller of ``executor``, made with default settings on first use."""
     controller = getattr(executor, _ATTRIBUTE, None)
     if controller is None or controller._stop.is_set():
-        controller = Controller(executor, **options)
+        controller = Controller(executor)
         setattr(executor, _ATTRIBUTE, controller)
     return controller
 
 
-__all__ = ["Controller", "JobPayload", "controller_address", "controller_for", "workers_per_node"]
+def configure(executor: HighThroughputExecutor, **options: Any) -> Controller:
+    """Make the controller of ``executor`` with ``options`` (see :class:`Controller`).
+
+    Call it after ``parsl.load`` and before the first malleable app runs on the executor;
+    without it the first app makes one with default settings.
+    """
+    current = getattr(executor, _ATTRIBUTE, None)
+    if current is not None and not current._stop.is_set():
+        raise ConfigError(
+            f"executor {executor.label!r} already has a controller (configure() must come "
+            f"before the first malleable app call)"
+        )
+    controller = Controller(executor, **options)
+    setattr(executor, _ATTRIBUTE, controller)
+    return controller
+
+
+__all__ = [
+    "Controller",
+    "JobPayload",
+    "configure",
+    "controller_address",
+    "controller_for",
+    "workers_per_node",
+]

@@ -24,8 +24,9 @@ from parsl_malleable.profile.profiler import ScalabilityProfiler
 class PolicySettings:
     """How decisions are made.
 
-    ``objective``/``solver``/``time_limit_s`` go to the allocator; ``default_window_s`` is the
-    window of a node whose block has no known end; ``max_horizon_s`` caps the plan;
+    ``objective``/``solver``/``time_limit_s``/``gap_rel`` go to the allocator;
+    ``default_window_s`` is the window of a node whose block has no known end;
+    ``max_horizon_s`` caps the plan;
     ``scale_up_s``/``scale_down_s`` are the rescale pauses assumed until the profiler has
     measured some; ``explore_kappa`` is the optimism (in standard errors) given to sizes the
     profiler is unsure of; ``prior_rate`` is the samples/s per node assumed for a job nothing is
@@ -34,7 +35,8 @@ class PolicySettings:
 
     objective: str = "weighted"
     solver: str = "highs"
-    time_limit_s: float = 5.0
+    time_limit_s: float = 0.75
+    gap_rel: float = 1e-3
     default_window_s: float = 3600.0
     max_horizon_s: float = 3600.0
     max_classes: int = 4
@@ -129,6 +131,7 @@ def decide(
         objective=settings.objective,
         solver=settings.solver,
         time_limit=settings.time_limit_s,
+        gap_rel=settings.gap_rel,
         default_window_s=settings.default_window_s,
         max_horizon_s=settings.max_horizon_s,
         max_classes=settings.max_classes,

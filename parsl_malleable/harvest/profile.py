@@ -66,6 +66,18 @@ class SiteProfile(BaseModel):
     command_timeout_s: float = Field(30.0, gt=0)
     command_retries: int = Field(2, ge=0)
     worker_init: str = Field("", description="shell lines run before the worker command")
+    address: str | None = Field(
+        None, description="address of the driver's host that compute nodes reach (HTEX, ranks)"
+    )
+    gpus_per_node: int = Field(0, ge=0, description="GPUs per node (one rank is bound to each)")
+    ranks_per_node: int | None = Field(
+        None, ge=1, description="ranks per node (default: gpus_per_node, else 1)"
+    )
+
+    @property
+    def node_ranks(self) -> int:
+        """Ranks per node: ``ranks_per_node``, else one per GPU, else 1."""
+        return self.ranks_per_node or max(1, self.gpus_per_node)
 
     @model_validator(mode="after")
     def _consistent(self) -> SiteProfile:

@@ -99,7 +99,9 @@ def test_two_ranks_per_node_with_local_ranks(tmp_path):
         assert controller.ranks_per_node == 2
         assert job.coordinator.wait_for(lambda c: c.running_world_size() == 4, 120)
         with controller._lock:
-            placed = sorted((lk.node_id, lk.local_rank, lk.job) for lk in controller._links.values())
+            placed = sorted(
+                (lk.node_id, lk.local_rank, lk.job) for lk in controller._links.values()
+            )
         result = job.future.result(timeout=240)
     finally:
         parsl.dfk().cleanup()
@@ -111,7 +113,7 @@ def test_two_ranks_per_node_with_local_ranks(tmp_path):
 
 
 def test_a_killed_rank_is_replaced_on_its_node_within_15_s(tmp_path):
-    executor = load(tmp_path / "runinfo", blocks=2)
+    load(tmp_path / "runinfo", blocks=2)
     try:
         app = malleable_app(checkpoint_dir=str(tmp_path / "ckpt"), max_nodes=2, settle_s=0.5)(
             train_elastic

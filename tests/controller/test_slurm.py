@@ -1,0 +1,136 @@
+"""Three malleable jobs on one BackfillProvider on the real local Slurm cluster.
+
+Blocks appear, one set yields to a native job, others reach their walltime; the controller
+decides with the allocator which job runs on which node, and every job still trains to the
+end. Needs ``scripts/slurm-cluster start`` (CI runs it).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import parsl
+import pytest
+from parsl.config import Config
+
+from apps.digits import train_elastic
+from parsl_malleable.app import malleable_app
+from parsl_malleable.controller import CoreSettings, configure
+from parsl_malleable.harvest.states import CancelReason
+from parsl_malleable.provider import BackfillProvider, harvest_executor
+from tests.elastic import elastic_scenario as sc
+from tests.provider.conftest import Natives, job_states
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+
+
+def native_started(natives: Natives, job_id: str) -> bool:
+    """Whether the native job ran (squeue forgets a job soon after it ends, and errs)."""
+    try:
+        state = job_states(natives.cluster, [job_id]).get(job_id, ("GONE", ""))[0]
+    except subprocess.CalledProcessError:
+        state = "GONE"
+    return state in ("RUNNING", "COMPLETING", "COMPLETED", "GONE")
+
+
+REPO = Path(__file__).resolve().parents[2]
+JOBS = {  # name: (hidden layer, max nodes, epochs); six nodes fit all three at their maximum
+    "small": ((64,), 1, 16),
+    "medium": ((128,), 2, 16),
+    "large": ((256,), 3, 20),
+}
+
+
+def test_three_jobs_follow_the_allocator_through_yields_and_timeouts(
+    natives: Natives, providers: Callable[..., BackfillProvider], tmp_path: Path
+) -> None:
+    sc.environment_ready()
+    provider = providers(
+        slots=3,
+        poll_interval_s=2,
+        yield_grace_s=1,
+        max_walltime_s=120,
+        worker_init=f"export PYTHONPATH={REPO}:$PYTHONPATH OMP_NUM_THREADS=1",
+    )
+    htex = harvest_executor(provider)
+    config = Config(executors=[htex], run_dir=str(tmp_path / "runinfo"), strategy_period=1)
+    samples: list[dict] = []
+    native_submitted = False
+    with parsl.load(config):
+        controller = configure(htex, settings=CoreSettings(drain_margin_s=20.0))
+        jobs = {}
+        for seed, (name, (hidden, max_nodes, epochs)) in enumerate(JOBS.items()):
+            app = malleable_app(
+                checkpoint_dir=str(tmp_path / name),
+                max_nodes=max_nodes,
+                checkpoint_every=50,
+                settle_s=1.0,
+            )(train_elastic)
+            jobs[name] = app.submit(
+                epochs=epochs, hidden=hidden, seed=seed, step_delay_s=0.15, name=name
+            )
+        began = time.monotonic()
+        while not all(job.ended for job in jobs.values()):
+            state = controller.state()
+            decision = controller.decisions[-1] if controller.decisions else None
+            samples.append(
+                {
+                    "t": time.monotonic() - began,
+                    "decision": decision.number if decision else 0,
+                    "target": {n: len(decision.nodes_of(n)) for n in JOBS} if decision else {},
+                    "nodes": {
+                        n: j["rank_nodes"] for n, j in state["jobs"].items() if "rank_nodes" in j
+                    },
+                    "world": {n: j.get("world_size", 0) for n, j in state["jobs"].items()},
+                }
+            )
+            running = sum(1 for j in state["jobs"].values() if j.get("world_size"))
+            if not native_submitted and running == 3 and samples[-1]["t"] > 30:
+                # A native job that needs three nodes: the blocks in its way must yield.
+                native = natives.submit("-N3", "-t", "1", "--wrap", "sleep 15")
+                native_submitted = True
+            assert samples[-1]["t"] < 420, samples[-1]
+            time.sleep(0.5)
+        results = {name: job.future.result(timeout=60) for name, job in jobs.items()}
+        history = provider.history()
+
+    assert native_submitted
+    assert native_started(natives, native)
+
+    # Blocks appeared, yielded to the native job, and reached their walltime during the run.
+    assert len(history) >= 4, history
+    assert any(r.cancel_reason is CancelReason.YIELD for r in history), history
+    timed_out = [r for r in history if r.cancel_reason is None and r.end_state is not None]
+    assert any(r.end_state.name == "TIMEOUT" for r in timed_out), history
+    reasons = " ".join(d.reason for d in controller.decisions)
+    assert "yields" in reasons and "near its deadline" in reasons, reasons
+
+    # No node ever ran ranks of two jobs at once.
+    for sample in samples:
+        placed = [node for nodes in sample["nodes"].values() for node in nodes]
+        assert len(placed) == len(set(placed)), sample
+
+    # Each decision that stayed in force for 10 s was carried out: the jobs' world sizes
+    # reached the allocator's per-job answer.
+    tenures: dict[int, list[dict]] = {}
+    for sample in samples:
+        tenures.setdefault(sample["decision"], []).append(sample)
+    checked = 0
+    for number, seen in tenures.items():
+        if number == 0 or seen[-1]["t"] - seen[0]["t"] < 10:
+            continue
+        target = seen[0]["target"]
+        live = {n for n in target if n in seen[-1]["world"]}
+        assert any(all(s["world"].get(n, 0) == target[n] for n in live) for s in seen), (
+            number,
+            target,
+            [s["world"] for s in seen],
+        )
+        checked += 1
+    assert checked >= 2, tenures.keys()
+
+    for name, result in results.items():
+        assert result["test_accuracy"] >= 0.95, (name, result)
