@@ -11,6 +11,7 @@ blocks of 16 with windows drawn from a log-normal (median 30 min); curves are
 ``1 / (a/n + b + c n)`` with random a, b, c; sizes 1-64 nodes.
 
     python benchmarks/bench_controller_decision.py [--solver highs|cbc] [--repeats N]
+        [--time-limit S]
 """
 
 from __future__ import annotations
@@ -41,9 +42,12 @@ def make_curve(rng: random.Random, max_nodes: int) -> ScalingCurve:
     return ScalingCurve(tuple(sizes), tuple(1000.0 / (a / n + b + c * n) for n in sizes))
 
 
-def build(solver: str, seed: int) -> tuple[ControllerCore, float]:
+def build(solver: str, seed: int, budget: float | None) -> tuple[ControllerCore, float]:
     rng = random.Random(seed)
-    settings = CoreSettings(policy=PolicySettings(solver=solver))
+    policy = PolicySettings(solver=solver)
+    if budget is not None:
+        policy = PolicySettings(solver=solver, time_limit_s=budget)
+    settings = CoreSettings(policy=policy)
     core = ControllerCore(settings)
     now = 1_000_000.0
     for b in range(NODES // BLOCK):
@@ -74,8 +78,9 @@ def timed_step(core: ControllerCore, now: float) -> tuple[float, int]:
 def allocator_alone(core: ControllerCore, now: float) -> tuple[float, float]:
     """The same allocation problem handed straight to ``allocate`` (no controller around it),
     solved to the gap without the controller's time budget: (seconds, objective)."""
+    usable = [n for n in core.nodes.values() if core.usable(n, now)]
     held: dict[str, list[str]] = {name: [] for name in core.jobs}
-    for node in core.nodes.values():
+    for node in usable:
         if node.job in held and not node.leaving:
             held[node.job].append(node.node_id)
     jobs = [
@@ -93,7 +98,6 @@ def allocator_alone(core: ControllerCore, now: float) -> tuple[float, float]:
         if s.curve is not None
     ]
     kept = {n for j in jobs for n in j.current_nodes}
-    usable = [n for n in core.nodes.values() if core.usable(n, now)]
     free = [n.node_id for n in usable if n.node_id not in kept]
     margin = core.settings.drain_margin_s
     windows = [
@@ -125,8 +129,8 @@ def measure(core: ControllerCore, now: float) -> Row:
     return step, base, actions, ratio, decision.status
 
 
-def run(solver: str, seed: int) -> dict[str, Row]:
-    core, now = build(solver, seed)
+def run(solver: str, seed: int, budget: float | None) -> dict[str, Row]:
+    core, now = build(solver, seed, budget)
     out: dict[str, Row] = {}
     now += 1.0
     out["cold start"] = measure(core, now)
@@ -151,11 +155,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--solver", default="highs", choices=["highs", "cbc"])
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--time-limit", type=float, default=None, help="solver budget (default: the controller's)"
+    )
     args = parser.parse_args()
     print(f"controller decision latency: {JOBS} jobs x {NODES} nodes ({args.solver})")
     rows: dict[str, list[Row]] = {}
     for seed in range(args.repeats):
-        for event, row in run(args.solver, seed).items():
+        for event, row in run(args.solver, seed, args.time_limit).items():
             rows.setdefault(event, []).append(row)
             print(
                 f"  seed {seed} {event:16} decision {row[0]:.3f} s ({row[4]}, objective "

@@ -19,7 +19,6 @@ the job resumes from the checkpoint. Timed the same way, from the leave to the f
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import statistics
 import sys
@@ -96,6 +95,11 @@ def stop_and_restart(work: Path, executor: HighThroughputExecutor, repeats: int)
         epochs=10_000, step_delay_s=0.02, name="restart"
     )
     wait(lambda: job.coordinator.resumed_at(1, 5))
+    # Only the job's own block stays: the restart must come from a new block, not a free node.
+    home = str(job.coordinator.current_members()[0].block_id)
+    others = [b for b in executor.blocks_to_job_id if b != home]
+    job.controller.drain_blocks(others)
+    executor.provider.cancel([executor.blocks_to_job_id[b] for b in others])
     times: list[float] = []
     for _ in range(repeats):
         began = time.time()
@@ -115,7 +119,6 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
-    logging.basicConfig(level=logging.WARNING)
     bindir = os.path.dirname(sys.executable)
     os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
     with tempfile.TemporaryDirectory() as tmp:

@@ -35,7 +35,7 @@ class PolicySettings:
 
     objective: str = "weighted"
     solver: str = "highs"
-    time_limit_s: float = 0.75
+    time_limit_s: float = 0.5
     gap_rel: float = 1e-3
     default_window_s: float = 3600.0
     max_horizon_s: float = 3600.0
