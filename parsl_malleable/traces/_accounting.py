@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from parsl_malleable.errors import TraceFormatError
-from parsl_malleable.traces._frame import clamp_to_machine, jobs_frame
+from parsl_malleable.traces._frame import clamp_to_machine, jobs_frame, lines_of
 from parsl_malleable.traces._io import MAX_EXAMPLES, example, read_lines
 from parsl_malleable.traces._values import duration_seconds, leading_int, map_unique
 from parsl_malleable.traces.schema import JobTrace, MachineInfo, ReadReport
@@ -56,7 +56,7 @@ def read_accounting(
     missing = nodes_req <= 0
     if missing.any():
         report.skipped += int(missing.sum())
-        report.note("skipped_no_node_count", int(missing.sum()))
+        report.note("skipped_no_node_count", int(missing.sum()), lines_of(jobs["lineno"], missing))
         for lineno, job in (
             jobs.loc[missing, ["lineno", "job"]].head(MAX_EXAMPLES).itertuples(index=False)
         ):
@@ -67,7 +67,8 @@ def read_accounting(
     host_counts = [count_hosts(h) if isinstance(h, str) else (-1, -1) for h in jobs["exec_host"]]
     counted = np.array(host_counts, dtype=np.int64).reshape(-1, 2)
     alloc = counted[:, 0]
-    report.note("nodes_from_request", int(np.count_nonzero((alloc <= 0) & jobs["start"].notna())))
+    guessed = (alloc <= 0) & jobs["start"].notna().to_numpy()
+    report.note("nodes_from_request", int(guessed.sum()), lines_of(jobs["lineno"], guessed))
     alloc = np.where(alloc > 0, alloc, nodes_req)
     cores_req = pd.to_numeric(jobs["resource_list.ncpus"], errors="coerce").fillna(-1)
     cores_req = cores_req.to_numpy(dtype=np.int64)
@@ -78,12 +79,14 @@ def read_accounting(
         report.note("machine_size_inferred")
     else:
         machine_nodes = nodes
-    nodes_req = clamp_to_machine(nodes_req, machine_nodes, report, "nodes_req_clamped")
-    alloc = clamp_to_machine(alloc, machine_nodes, report, "nodes_clamped")
+    lines_at = jobs["lineno"].to_numpy()
+    nodes_req = clamp_to_machine(nodes_req, machine_nodes, report, "nodes_req_clamped", lines_at)
+    alloc = clamp_to_machine(alloc, machine_nodes, report, "nodes_clamped", lines_at)
 
     walltime, bad = map_unique(jobs["resource_list.walltime"].fillna(""), duration_seconds)
     _reject(path, jobs, bad, "resource_list.walltime", skip_bad, report)
-    report.note("walltime_unknown", int(np.count_nonzero(np.isnan(walltime))))
+    unknown = np.isnan(walltime)
+    report.note("walltime_unknown", int(unknown.sum()), lines_of(lines_at, unknown))
 
     epoch = float(np.floor(np.nanmin(jobs["submit"]))) if len(jobs) else 0.0
     frame = jobs_frame(
@@ -101,6 +104,7 @@ def read_accounting(
             "user": jobs["user"].fillna(""),
         },
         report,
+        lines_at,
     )
     machine = MachineInfo(name=f"{kind}:{path.name}", nodes=machine_nodes, start_epoch=epoch)
     return JobTrace(jobs=frame, machine=machine, report=report)
@@ -148,7 +152,8 @@ def _records(path: Path, lines: list[str], skip_bad: bool, report: ReadReport) -
         report.skipped_examples += [example(path, n, t, w) for n, t, w in bad[:MAX_EXAMPLES]]
         frame = frame[~frame["lineno"].isin([n for n, _, _ in bad])]
     known = frame["type"].isin(list(RECORD_ORDER))
-    report.note("records_ignored", int((~known).sum()))  # D(eleted), A(bort), R(erun), ...
+    # D(eleted), A(bort), R(erun), ...
+    report.note("records_ignored", int((~known).sum()), lines_of(frame["lineno"], ~known))
     return frame[known]
 
 
@@ -182,18 +187,23 @@ def _join(records: pd.DataFrame, report: ReadReport) -> pd.DataFrame:
     q_stamp = stamp_of["Q"].min().reindex(jobs.index)
     any_stamp = records.groupby("job")["stamp"].min().reindex(jobs.index)
     submit = submit.fillna(q_stamp).fillna(any_stamp)
-    report.note("submit_from_record_time", int(from_stamp.sum()))
+    report.note(
+        "submit_from_record_time", int(from_stamp.sum()), lines_of(jobs["lineno"], from_stamp)
+    )
 
     s_stamp = stamp_of["S"].max().reindex(jobs.index)
     e_stamp = stamp_of["E"].max().reindex(jobs.index)
     start = jobs["start"]
-    report.note("start_from_record_time", int((start.isna() & s_stamp.notna()).sum()))
+    from_s = start.isna() & s_stamp.notna()
+    report.note("start_from_record_time", int(from_s.sum()), lines_of(jobs["lineno"], from_s))
     start = start.fillna(s_stamp)
     end = jobs["end"]
-    report.note("end_from_record_time", int((end.isna() & e_stamp.notna()).sum()))
+    from_e = end.isna() & e_stamp.notna()
+    report.note("end_from_record_time", int(from_e.sum()), lines_of(jobs["lineno"], from_e))
     end = end.fillna(e_stamp)
-    report.note("never_started", int(start.isna().sum()))
-    report.note("no_end_record", int((start.notna() & end.isna()).sum()))
+    no_end = start.notna() & end.isna()
+    report.note("never_started", int(start.isna().sum()), lines_of(jobs["lineno"], start.isna()))
+    report.note("no_end_record", int(no_end.sum()), lines_of(jobs["lineno"], no_end))
 
     out = jobs.assign(submit=submit, start=start, end=end).reset_index()
     out["job_id"] = leading_int(out["job"])
@@ -232,4 +242,4 @@ def _reject(
     if not skip_bad:
         lineno, value = rows[["lineno", key]].iloc[0]
         raise TraceFormatError(path, int(lineno), f"{key}={value} is not a duration")
-    report.note(f"bad_{key}", int(bad.sum()))
+    report.note(f"bad_{key}", int(bad.sum()), lines_of(jobs["lineno"], bad))

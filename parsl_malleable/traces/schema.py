@@ -36,7 +36,9 @@ seconds for stand-alone files), sorted by ``(idle_start, node)``.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from itertools import islice
 
 import numpy as np
 import pandas as pd
@@ -54,6 +56,8 @@ JOB_COLUMNS: dict[str, str] = {
     "queue": "string",
     "user": "string",
 }
+
+MAX_WHERE = 5  # rows named per repair reason in ReadReport.examples
 
 IDLE_COLUMNS: dict[str, str] = {
     "node": "string",
@@ -74,17 +78,41 @@ class MachineInfo:
 
 @dataclass
 class ReadReport:
-    """What a reader skipped or repaired; printed by the CLI, never silently dropped."""
+    """What a reader skipped, repaired or guessed; printed by every command, never dropped.
+
+    ``repairs`` counts rows by reason (``nodes_clamped``, ``unsorted_submit``, ...; the table in
+    ``docs/traces.md`` lists them all) and ``examples`` keeps, per reason, where the first
+    :data:`MAX_WHERE` of them are (``line 12 (job 345)``). ``format`` and ``format_reason`` say
+    which reader ran and why it was chosen when the format was guessed.
+    """
 
     lines_read: int = 0
     skipped: int = 0
     skipped_examples: list[str] = field(default_factory=list)
     repairs: Counter[str] = field(default_factory=Counter)
+    examples: dict[str, list[str]] = field(default_factory=dict)
+    format: str = ""
+    format_reason: str = ""
 
-    def note(self, kind: str, count: int = 1) -> None:
-        """Count ``count`` repairs of one kind (for example ``"walltime_missing"``)."""
-        if count:
-            self.repairs[kind] += int(count)
+    def note(self, kind: str, count: int = 1, where: Iterable[object] = ()) -> None:
+        """Count ``count`` rows repaired, dropped or guessed for one reason (``kind``).
+
+        ``where`` names the rows (line numbers as ``"line 12"``, or job ids); only the first
+        :data:`MAX_WHERE` are kept, so callers may pass the whole list.
+        """
+        if not count:
+            return
+        self.repairs[kind] += int(count)
+        kept = self.examples.setdefault(kind, [])
+        for item in islice(where, max(0, MAX_WHERE - len(kept))):
+            kept.append(str(item))
+
+    def describe(self, kind: str) -> str:
+        """``"3 (line 4, line 9, ...)"``: the count of one reason and where its first rows are."""
+        count = self.repairs.get(kind, 0)
+        where = self.examples.get(kind, [])
+        more = ", ..." if count > len(where) and where else ""
+        return f"{count:,}" + (f" ({', '.join(where)}{more})" if where else "")
 
 
 @dataclass

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from parsl_malleable.errors import TraceFormatError
-from parsl_malleable.traces._frame import clamp_to_machine, jobs_frame
+from parsl_malleable.traces._frame import clamp_to_machine, jobs_frame, lines_of
 from parsl_malleable.traces._io import MAX_EXAMPLES, example, read_lines
 from parsl_malleable.traces._values import UNKNOWN, duration_seconds, leading_int, map_unique
 from parsl_malleable.traces.schema import JobTrace, MachineInfo, ReadReport
@@ -50,7 +50,7 @@ def read_sacct(path: str | Path, *, nodes: int | None = None, skip_bad: bool = F
     frame = pd.DataFrame(rows, columns=names)
     frame["lineno"] = linenos
     is_step = frame["JobID"].str.contains(".", regex=False)
-    report.note("job_steps_skipped", int(is_step.sum()))
+    report.note("job_steps_skipped", int(is_step.sum()), lines_of(frame["lineno"], is_step))
     frame = frame[~is_step].reset_index(drop=True)
 
     bad = _convert(frame, path, lines, skip_bad, report)
@@ -61,14 +61,16 @@ def read_sacct(path: str | Path, *, nodes: int | None = None, skip_bad: bool = F
     no_size = alloc.isna() & req.isna()
     if no_size.any():
         report.skipped += int(no_size.sum())
-        report.note("skipped_no_node_count", int(no_size.sum()))
+        report.note("skipped_no_node_count", int(no_size.sum()), lines_of(frame["lineno"], no_size))
         for n in frame.loc[no_size, "lineno"].head(MAX_EXAMPLES):
             if len(report.skipped_examples) < MAX_EXAMPLES:
                 report.skipped_examples.append(example(path, n, lines[n - 1], "no node count"))
         keep = ~no_size
         frame, alloc, req = (x[keep].reset_index(drop=True) for x in (frame, alloc, req))
-    report.note("nodes_req_missing", int(req.isna().sum()))
-    report.note("nodes_alloc_missing", int(alloc.isna().sum()))
+    report.note("nodes_req_missing", int(req.isna().sum()), lines_of(frame["lineno"], req.isna()))
+    report.note(
+        "nodes_alloc_missing", int(alloc.isna().sum()), lines_of(frame["lineno"], alloc.isna())
+    )
     nodes_req = req.fillna(alloc).to_numpy(dtype=np.int64)
     nodes_alloc = alloc.fillna(req).to_numpy(dtype=np.int64)
 
@@ -79,17 +81,19 @@ def read_sacct(path: str | Path, *, nodes: int | None = None, skip_bad: bool = F
         raise ValueError(f"nodes must be positive, got {nodes}")
     else:
         machine_nodes = nodes
-    nodes_req = clamp_to_machine(nodes_req, machine_nodes, report, "nodes_req_clamped")
-    nodes_alloc = clamp_to_machine(nodes_alloc, machine_nodes, report, "nodes_clamped")
+    lines_at = frame["lineno"].to_numpy()
+    nodes_req = clamp_to_machine(nodes_req, machine_nodes, report, "nodes_req_clamped", lines_at)
+    nodes_alloc = clamp_to_machine(nodes_alloc, machine_nodes, report, "nodes_clamped", lines_at)
 
     submit = frame["Submit"]
     epoch = float(np.floor(submit.min())) if len(frame) else 0.0
     start = _column(frame, "Start")
     end = _column(frame, "End")
-    report.note("never_started", int(start.isna().sum()))
-    report.note("no_end_time", int((start.notna() & end.isna()).sum()))
+    no_end = start.notna() & end.isna()
+    report.note("never_started", int(start.isna().sum()), lines_of(lines_at, start.isna()))
+    report.note("no_end_time", int(no_end.sum()), lines_of(lines_at, no_end))
     walltime = _column(frame, "Timelimit")
-    report.note("walltime_unknown", int(walltime.isna().sum()))
+    report.note("walltime_unknown", int(walltime.isna().sum()), lines_of(lines_at, walltime.isna()))
     job_id = leading_int(frame["JobIDRaw"] if "JobIDRaw" in frame else frame["JobID"])
 
     jobs = jobs_frame(
@@ -107,6 +111,7 @@ def read_sacct(path: str | Path, *, nodes: int | None = None, skip_bad: bool = F
             "user": frame.get("User", pd.Series("", index=frame.index)),
         },
         report,
+        lines_at,
     )
     machine = MachineInfo(name=f"slurm:{path.name}", nodes=machine_nodes, start_epoch=epoch)
     return JobTrace(jobs=jobs, machine=machine, report=report)
@@ -178,7 +183,9 @@ def _convert(
             _bad(path, n, lines[n - 1], why, True, report)
     no_submit = submit_unknown & ~bad
     if no_submit.any():
-        report.note("skipped_no_submit_time", int(no_submit.sum()))
+        report.note(
+            "skipped_no_submit_time", int(no_submit.sum()), lines_of(frame["lineno"], no_submit)
+        )
         for n in frame.loc[no_submit, "lineno"]:
             _bad(path, int(n), lines[n - 1], "no submit time", True, report)
     return bad | no_submit

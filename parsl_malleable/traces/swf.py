@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from parsl_malleable.errors import TraceFormatError
-from parsl_malleable.traces._frame import clamp_to_machine, jobs_frame
+from parsl_malleable.traces._frame import clamp_to_machine, jobs_frame, lines_of
 from parsl_malleable.traces._io import MAX_EXAMPLES, example, read_lines
 from parsl_malleable.traces.schema import JobTrace, MachineInfo, ReadReport
 
@@ -60,10 +60,15 @@ def read_swf(
     for why, mask in (("no processor count", no_size), ("no submit time", no_submit & ~no_size)):
         _skip(path, report, mask, kept_records, linenos_arr, why)
     values = values[~(no_size | no_submit)]
+    linenos_arr = linenos_arr[~(no_size | no_submit)]
     procs, req = values[:, PROCS], values[:, REQ_PROCS]
 
-    report.note("procs_req_missing", int(np.count_nonzero(req <= 0)))
-    report.note("procs_alloc_missing", int(np.count_nonzero(procs <= 0)))
+    report.note(
+        "procs_req_missing", int(np.count_nonzero(req <= 0)), lines_of(linenos_arr, req <= 0)
+    )
+    report.note(
+        "procs_alloc_missing", int(np.count_nonzero(procs <= 0)), lines_of(linenos_arr, procs <= 0)
+    )
     req = np.where(req <= 0, procs, req).astype(np.int64)
     procs = np.where(procs <= 0, req, procs).astype(np.int64)
 
@@ -76,32 +81,19 @@ def read_swf(
         )
         report.note("machine_size_inferred")
 
-    cpn = machine.cores_per_node
-    if units_are_nodes:
-        nodes_req = clamp_to_machine(req, machine.nodes, report, "nodes_req_clamped")
-        nodes = clamp_to_machine(procs, machine.nodes, report, "nodes_clamped")
-        cores_req = nodes_req * cpn if cores_known else np.full(len(req), -1)
-        cores = nodes * cpn if cores_known else np.full(len(req), -1)
-    else:
-        limit = machine.nodes * cpn
-        cores_req = clamp_to_machine(req, limit, report, "nodes_req_clamped")
-        cores = clamp_to_machine(procs, limit, report, "nodes_clamped")
-        nodes_req = np.minimum(-(-cores_req // cpn), machine.nodes)
-        nodes = np.minimum(-(-cores // cpn), machine.nodes)
-
-    submit, wait, run = values[:, SUBMIT], values[:, WAIT], values[:, RUN]
-    report.note("wait_unknown", int(np.count_nonzero(wait < 0)))
-    report.note("runtime_nonpositive", int(np.count_nonzero(run <= 0)))
-    start = np.where(wait >= 0, submit + wait, np.nan)
-    end = np.where(run >= 0, start + run, np.nan)
+    nodes_req, nodes, cores_req, cores = _sizes(
+        req, procs, machine, units_are_nodes, cores_known, report, linenos_arr
+    )
+    start, end = _times(values, report, linenos_arr)
     walltime = values[:, REQ_TIME]
-    report.note("walltime_unknown", int(np.count_nonzero(walltime < 0)))
+    unknown = walltime < 0
+    report.note("walltime_unknown", int(np.count_nonzero(unknown)), lines_of(linenos_arr, unknown))
     walltime = np.where(walltime >= 0, walltime, np.nan)
 
     jobs = jobs_frame(
         {
             "job_id": values[:, JOB].astype(np.int64),
-            "submit": submit,
+            "submit": values[:, SUBMIT],
             "start": start,
             "end": end,
             "walltime": walltime,
@@ -113,8 +105,60 @@ def read_swf(
             "user": _id_strings(values[:, USER]),
         },
         report,
+        linenos_arr,
     )
     return JobTrace(jobs=jobs, machine=machine, report=report)
+
+
+def _sizes(
+    req: np.ndarray,
+    procs: np.ndarray,
+    machine: MachineInfo,
+    units_are_nodes: bool,
+    cores_known: bool,
+    report: ReadReport,
+    linenos: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``nodes_req, nodes, cores_req, cores``, capped at the machine (each cap counted)."""
+    cpn = machine.cores_per_node
+    if units_are_nodes:
+        nodes_req = clamp_to_machine(req, machine.nodes, report, "nodes_req_clamped", linenos)
+        nodes = clamp_to_machine(procs, machine.nodes, report, "nodes_clamped", linenos)
+        cores_req = nodes_req * cpn if cores_known else np.full(len(req), -1)
+        cores = nodes * cpn if cores_known else np.full(len(req), -1)
+        return nodes_req, nodes, cores_req, cores
+    limit = machine.nodes * cpn
+    cores_req = clamp_to_machine(req, limit, report, "nodes_req_clamped", linenos)
+    cores = clamp_to_machine(procs, limit, report, "nodes_clamped", linenos)
+    nodes_req = np.minimum(-(-cores_req // cpn), machine.nodes)
+    nodes = np.minimum(-(-cores // cpn), machine.nodes)
+    return nodes_req, nodes, cores_req, cores
+
+
+def _times(
+    values: np.ndarray, report: ReadReport, linenos: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Recorded start and end of every job; NaN where the file does not tell.
+
+    SWF writes ``-1`` for unknown; other negative run times are errors in the log and make the
+    end unknown too (both counted with their lines). A job whose wait is unknown but whose run
+    time is known starts at its submit time (``start_set_to_submit``): the simulator decides
+    the start anyway, and the run time is what it needs.
+    """
+    submit, wait, run = values[:, SUBMIT], values[:, WAIT], values[:, RUN]
+    for kind, mask in (
+        ("runtime_unknown", run == -1),
+        ("runtime_negative", (run < 0) & (run != -1)),
+        ("runtime_zero", run == 0),
+    ):
+        report.note(kind, int(np.count_nonzero(mask)), lines_of(linenos, mask))
+    no_wait = wait < 0
+    report.note("wait_unknown", int(np.count_nonzero(no_wait)), lines_of(linenos, no_wait))
+    assumed = no_wait & (run >= 0)
+    report.note("start_set_to_submit", int(np.count_nonzero(assumed)), lines_of(linenos, assumed))
+    start = np.where(wait >= 0, submit + wait, np.where(assumed, submit, np.nan))
+    end = np.where(run >= 0, start + run, np.nan)
+    return start, end
 
 
 def _split_header(lines: list[str]) -> tuple[dict[str, tuple[str, int]], list[str], list[int]]:
@@ -232,7 +276,7 @@ def _skip(
     if not count:
         return
     report.skipped += count
-    report.note("skipped_" + why.replace(" ", "_"), count)
+    report.note("skipped_" + why.replace(" ", "_"), count, lines_of(linenos, mask))
     for i in np.flatnonzero(mask)[: max(0, MAX_EXAMPLES - len(report.skipped_examples))]:
         report.skipped_examples.append(example(path, int(linenos[i]), records[i], why))
 

@@ -134,6 +134,7 @@ def test_oversized_requests_clamped_and_reported(tmp_path):
     assert trace.jobs["cores_req"].tolist() == [16, 16]
     assert trace.report.repairs["nodes_req_clamped"] == 2
     assert trace.report.repairs["nodes_clamped"] == 1
+    assert trace.report.examples["nodes_clamped"] == ["line 6"]
 
 
 def test_unsorted_submits_sorted_stably_and_counted(tmp_path):
@@ -143,19 +144,26 @@ def test_unsorted_submits_sorted_stably_and_counted(tmp_path):
     assert trace.jobs["job_id"].tolist() == [2, 3, 1, 4]
     assert trace.jobs.index.tolist() == [0, 1, 2, 3]
     assert trace.report.repairs["unsorted_submit"] == 1
+    assert trace.report.examples["unsorted_submit"] == ["line 6 (job 2)"]
 
 
-def test_unknown_wait_and_nonpositive_runtime_kept_as_nan(tmp_path):
+def test_unknown_wait_starts_at_submit_and_unknown_runtime_is_nan(tmp_path):
     text = HEADER + swf_line(1, 0, -1, 10, 1, 1, 5) + swf_line(2, 1, 3, -1, 1, 1, -1)
-    text += swf_line(3, 2, 0, 0, 1, 1, 5)
+    text += swf_line(3, 2, 0, 0, 1, 1, 5) + swf_line(4, 3, 0, -7, 1, 1, 5)
+    text += swf_line(5, 4, -1, -1, 1, 1, 5)
     trace = read_swf(write(tmp_path, text))
     jobs = trace.jobs
-    assert math.isnan(jobs["start"][0]) and math.isnan(jobs["end"][0])
+    assert (jobs["start"][0], jobs["end"][0]) == (0.0, 10.0)  # runtime known: start = submit
     assert jobs["start"][1] == 4.0 and math.isnan(jobs["end"][1])
     assert jobs["end"][2] == jobs["start"][2] == 2.0
+    assert math.isnan(jobs["end"][3]) and math.isnan(jobs["start"][4])
     assert math.isnan(jobs["walltime"][1])
-    rep = trace.report.repairs
-    assert (rep["wait_unknown"], rep["runtime_nonpositive"], rep["walltime_unknown"]) == (1, 2, 1)
+    rep = trace.report
+    assert rep.repairs["wait_unknown"] == 2 and rep.examples["wait_unknown"] == ["line 5", "line 9"]
+    assert rep.examples["start_set_to_submit"] == ["line 5"]
+    assert rep.examples["runtime_unknown"] == ["line 6", "line 9"]
+    assert rep.examples["runtime_negative"] == ["line 8"]
+    assert rep.repairs["runtime_zero"] == 1 and rep.repairs["walltime_unknown"] == 1
 
 
 @pytest.mark.parametrize(
