@@ -58,6 +58,7 @@ def finite_number(
     *,
     gt: float | None = None,
     ge: float | None = None,
+    le: float | None = None,
     error: type[Exception] = ConfigError,
 ) -> float:
     """``value`` as a finite float within the bound, else ``error`` naming ``what``."""
@@ -70,6 +71,8 @@ def finite_number(
     if (gt is not None and not number > gt) or (ge is not None and not number >= ge):
         bound = f"> {gt}" if gt is not None else f">= {ge}"
         raise error(f"{what} must be {bound}, got {value!r}")
+    if le is not None and not number <= le:
+        raise error(f"{what} must be <= {le}, got {value!r}")
     return number
 
 
@@ -78,8 +81,10 @@ class FiniteFloat(click.ParamType):
 
     name = "number"
 
-    def __init__(self, *, gt: float | None = None, ge: float | None = None) -> None:
-        self.gt, self.ge = gt, ge
+    def __init__(
+        self, *, gt: float | None = None, ge: float | None = None, le: float | None = None
+    ) -> None:
+        self.gt, self.ge, self.le = gt, ge, le
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None):
         """Parse and range-check one command-line value."""
@@ -91,7 +96,7 @@ class FiniteFloat(click.ParamType):
             except ValueError:
                 self.fail(f"{value!r} is not a number", param, ctx)
         try:
-            return finite_number(text, "value", gt=self.gt, ge=self.ge)
+            return finite_number(text, "value", gt=self.gt, ge=self.ge, le=self.le)
         except ConfigError as exc:
             self.fail(str(exc).removeprefix("value "), param, ctx)
 
@@ -108,4 +113,3 @@ def require_parquet() -> None:
         "writing Parquet needs pyarrow (pip install pyarrow) or fastparquet; "
         "use --format csv / a .csv file instead"
     )
-

@@ -8,10 +8,13 @@ from pathlib import Path
 import click
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from parsl_malleable.errors import MalleableError
+from parsl_malleable.inputs import FiniteFloat, require_parquet
 from parsl_malleable.sim.engine import POLICIES
 from parsl_malleable.sim.simulate import END_CUTS, SimResult, simulate, warm_up
+from parsl_malleable.sim.stats import SimStats
 
 DEMO_JOBS, DEMO_NODES = 5000, 512
 
@@ -29,7 +32,7 @@ DEMO_JOBS, DEMO_NODES = 5000, 512
 @click.option("--trace-format", "trace_format", help="Trace format (default: guessed).")
 @click.option(
     "--warmup",
-    type=click.FloatRange(min=0),
+    type=FiniteFloat(ge=0),
     default=0.0,
     show_default=True,
     help="Seconds after the first submit excluded from the idle statistics.",
@@ -75,6 +78,9 @@ def sim(
         raise click.UsageError("give either a TRACE file or --demo")
     t0 = time.perf_counter()
     try:
+        if out is not None and out_format == "parquet":
+            require_parquet()  # before the work, not after it
+
         if demo:
             from parsl_malleable.traces.synthetic import synthetic_trace
 
@@ -89,7 +95,7 @@ def sim(
             fmt = trace_format or detect_format(trace_path)
             if fmt.lower() == "cobalt" and nodes is not None:
                 options["nodes"] = nodes  # Cobalt logs do not state the machine size
-            trace = read_trace(trace_path, fmt, **options)
+            trace = read_trace(trace_path, trace_format, **options)
             source = str(trace_path)
         read_s = time.perf_counter() - t0
         jit_s = warm_up()
@@ -98,6 +104,10 @@ def sim(
         raise click.ClickException(str(exc)) from None
 
     console = Console(width=100)
+    if not demo:
+        from parsl_malleable.traces.command import report_lines
+
+        console.print(Text("\n".join(report_lines(trace.report))))
     console.print(stats_table(result, source, read_s, jit_s))
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
@@ -111,7 +121,7 @@ def stats_table(result: SimResult, source: str, read_s: float, jit_s: float) -> 
     table = Table(title=f"{s.policy} on {s.nodes} nodes: {source}", show_header=False)
     table.add_column("what", style="bold")
     table.add_column("value")
-    dropped = ", ".join(f"{k} {v}" for k, v in s.dropped.items() if v) or "none"
+    dropped = ", ".join(_dropped(s, k, v) for k, v in s.dropped.items() if v) or "none"
     adjusted = ", ".join(f"{k} {v}" for k, v in s.adjusted.items() if v) or "none"
     rows = [
         ("jobs simulated", f"{s.jobs_simulated} of {s.jobs_in} (dropped: {dropped})"),
@@ -152,6 +162,12 @@ def write_result(result: SimResult, out: Path, fmt: str) -> list[Path]:
         else:
             frame.to_parquet(path, index=False)
     return paths
+
+
+def _dropped(stats: SimStats, why: str, count: int) -> str:
+    ids = stats.dropped_jobs.get(why, [])
+    more = ", ..." if count > len(ids) else ""
+    return f"{why} {count} (jobs {', '.join(map(str, ids))}{more})" if ids else f"{why} {count}"
 
 
 def _dur(seconds: float) -> str:

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from parsl_malleable.errors import ConfigError
+from parsl_malleable.inputs import finite_number, whole_count
 from parsl_malleable.sim.engine import (
     C_ARRIVAL_SCANS,
     C_COMPRESSIONS,
@@ -19,7 +20,7 @@ from parsl_malleable.sim.engine import (
     run_schedule,
 )
 from parsl_malleable.sim.stats import SimStats, hole_summary, wait_summary
-from parsl_malleable.traces.schema import IDLE_COLUMNS, JobTrace
+from parsl_malleable.traces.schema import IDLE_COLUMNS, MAX_WHERE, JobTrace
 
 MIN_PLAN_SECONDS = 1.0  # shortest duration a plan reserves (a zero-length slot holds nothing)
 END_CUTS = ("last_submit", "last_end")
@@ -134,7 +135,8 @@ def simulate(
     job's requested walltime (its runtime when the walltime is unknown, at least 1 s); a job runs
     its recorded runtime capped at its walltime on the ``nodes`` (allocated) count of the trace.
     Jobs with unknown submit/start/end, negative runtime, no nodes or more nodes than the machine
-    are dropped and counted in ``stats.dropped``.
+    are dropped, counted in ``stats.dropped`` and named (first job ids) in
+    ``stats.dropped_jobs``; when no job is left a :class:`SimulationError` says why.
 
     The statistics window starts at the first submit plus ``warmup`` seconds and ends at the last
     submit (``end_cut="last_submit"``: the drain after the last arrival is not real idleness) or
@@ -145,11 +147,13 @@ def simulate(
         raise SimulationError(f"unknown policy {policy!r}; choose one of {sorted(POLICIES)}")
     if end_cut not in END_CUTS:
         raise SimulationError(f"unknown end_cut {end_cut!r}; choose one of {list(END_CUTS)}")
-    n_nodes = int(trace.machine.nodes if nodes is None else nodes)
-    if n_nodes < 1:
-        raise SimulationError(f"machine size must be at least 1 node, got {n_nodes}")
-    if warmup < 0:
-        raise SimulationError(f"warmup must be >= 0 seconds, got {warmup}")
+    n_nodes = whole_count(
+        trace.machine.nodes if nodes is None else nodes,
+        "machine size (nodes)",
+        minimum=1,
+        error=SimulationError,
+    )
+    warmup = finite_number(warmup, "warmup (seconds)", ge=0, error=SimulationError)
 
     jobs = trace.jobs
     n_in = len(jobs)
@@ -171,6 +175,14 @@ def simulate(
         reason[(reason == 0) & mask] = code
     rows = np.flatnonzero(reason == 0)
     dropped = {why: int(np.count_nonzero(reason == c)) for c, why in enumerate(DROP_REASONS, 1)}
+    ids = jobs["job_id"].to_numpy()
+    dropped_jobs = {
+        why: [int(i) for i in ids[reason == c][:MAX_WHERE]]
+        for c, why in enumerate(DROP_REASONS, 1)
+        if dropped[why]
+    }
+    if not len(rows):
+        raise SimulationError(_nothing_to_simulate(n_in, dropped, dropped_jobs))
 
     run = runtime[rows]
     wt = walltime[rows]
@@ -259,6 +271,7 @@ def simulate(
         jobs_simulated=len(rows),
         dropped=dropped,
         adjusted=adjusted,
+        dropped_jobs=dropped_jobs,
         window_start=w_start,
         window_end=w_end,
         idle_fraction=idle_fraction,
@@ -299,6 +312,17 @@ def simulate(
         run_first=run_first,
         run_len=run_len,
     )
+
+
+def _nothing_to_simulate(n_in: int, dropped: dict[str, int], where: dict[str, list[int]]) -> str:
+    if not n_in:
+        return "the trace has no jobs: nothing to simulate"
+    reasons = "; ".join(
+        f"{why} {count} (jobs {', '.join(map(str, where[why]))})"
+        for why, count in dropped.items()
+        if count
+    )
+    return f"none of the {n_in} jobs can be simulated: {reasons}"
 
 
 def _runs_of_equal(ids: np.ndarray, value: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

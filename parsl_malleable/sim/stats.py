@@ -45,6 +45,7 @@ class SimStats:
     seconds: float
     jobs_per_second: float
     extra: dict[str, int] = field(default_factory=dict)
+    dropped_jobs: dict[str, list[int]] = field(default_factory=dict)  # first ids per reason
 
     def as_dict(self) -> dict:
         """Plain-python copy (for JSON or printing)."""

@@ -9,10 +9,12 @@ from pathlib import Path
 import click
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
-from parsl_malleable.errors import TraceFormatError
+from parsl_malleable.errors import ConfigError, TraceFormatError
+from parsl_malleable.inputs import require_parquet
 from parsl_malleable.traces.read import ALIASES, READERS, read_trace
-from parsl_malleable.traces.schema import JobTrace
+from parsl_malleable.traces.schema import JobTrace, ReadReport
 from parsl_malleable.traces.summary import summarize
 
 
@@ -43,6 +45,11 @@ def trace(
     """Read the job trace PATH and summarise it in the common schema."""
     if out is not None and out.suffix.lower() not in {".csv", ".parquet"}:
         raise click.BadParameter("must end in .csv or .parquet", param_hint="--out")
+    if out is not None and out.suffix.lower() == ".parquet":
+        try:
+            require_parquet()
+        except ConfigError as exc:
+            raise click.ClickException(str(exc)) from None
     options: dict[str, object] = {"skip_bad": skip_bad}
     if cores_per_node is not None:
         options["cores_per_node"] = cores_per_node
@@ -89,13 +96,26 @@ def report_table(result: JobTrace) -> Table:
     """What the reader repaired or skipped."""
     report = result.report
     table = Table(title="Read report", show_header=False)
+    if report.format:
+        table.add_row("format", Text(f"{report.format} ({report.format_reason})"))
     table.add_row("records read", f"{report.lines_read:,}")
     table.add_row("skipped", f"{report.skipped:,}")
-    for kind, count in sorted(report.repairs.items()):
-        table.add_row(kind, f"{count:,}")
+    for kind in sorted(report.repairs):
+        table.add_row(kind, Text(report.describe(kind)))
     for text in report.skipped_examples:
-        table.add_row("example", text)
+        table.add_row("example", Text(text))  # file content: never rich markup
     return table
+
+
+def report_lines(report: ReadReport) -> list[str]:
+    """The read report as plain lines, for commands that print it under their own output."""
+    lines = []
+    if report.format:
+        lines.append(f"trace format {report.format} ({report.format_reason})")
+    lines.append(f"records read {report.lines_read:,}, skipped {report.skipped:,}")
+    lines += [f"  {kind}: {report.describe(kind)}" for kind in sorted(report.repairs)]
+    lines += [f"  skipped: {text}" for text in report.skipped_examples]
+    return lines
 
 
 def _when(epoch: float, seconds: float) -> str:

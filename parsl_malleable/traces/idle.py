@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from parsl_malleable.errors import TraceFormatError
+from parsl_malleable.traces._io import is_gzip
 from parsl_malleable.traces.schema import IDLE_COLUMNS
 
 
@@ -59,7 +60,14 @@ def read_idle_intervals(path: str | Path) -> pd.DataFrame:
 
 def _read(path: Path, dtypes: dict[str, str]) -> pd.DataFrame:
     try:
-        return pd.read_csv(path, usecols=lambda c: c in IDLE_COLUMNS, dtype=dtypes, engine="c")
+        compression = "gzip" if is_gzip(path) else None  # by content: names may lie
+        return pd.read_csv(
+            path,
+            usecols=lambda c: c in IDLE_COLUMNS,
+            dtype=dtypes,
+            engine="c",
+            compression=compression,
+        )
     except pd.errors.ParserError as exc:
         raise TraceFormatError(path, None, f"not an idle-interval CSV: {exc}") from None
     except (UnicodeDecodeError, EOFError, OSError) as exc:

@@ -34,12 +34,16 @@ def read_pbs_accounting(
 
 
 def count_pbs_hosts(exec_host: str) -> tuple[int, int]:
-    """Distinct hosts and total cores in ``host/index*ncpus+host/index*ncpus...``."""
+    """Distinct hosts and total cores in ``host/index*ncpus+host/index*ncpus...``.
+
+    A chunk without ``/`` is not a PBS host list (a Cobalt ``3800-3927`` read as PBS would
+    count as one node): (-1, -1), so the reader falls back to the request and counts it.
+    """
     hosts: set[str] = set()
     cores = 0
     for chunk in exec_host.split("+"):
         host, _, slot = chunk.strip().partition("/")
-        if not host:
+        if not host or not slot:
             return -1, -1
         hosts.add(host)
         _, star, count = slot.partition("*")

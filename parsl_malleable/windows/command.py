@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from parsl_malleable.errors import MalleableError
+from parsl_malleable.inputs import FiniteFloat
 
 
 def _pct(x: float) -> str:
@@ -25,7 +26,7 @@ def _pct(x: float) -> str:
 )
 @click.option(
     "--quantile",
-    type=click.FloatRange(0.0, 1.0),
+    type=FiniteFloat(ge=0.0, le=1.0),
     default=0.1,
     show_default=True,
     help="Window quantile the blocks use (0.1: the node stays idle that long w.p. ~90%).",
@@ -39,21 +40,21 @@ def _pct(x: float) -> str:
 )
 @click.option(
     "--yield-penalty",
-    type=click.FloatRange(min=0),
+    type=FiniteFloat(ge=0),
     default=0.0,
     show_default=True,
     help="Seconds an early yield costs beyond the lost work (used by --choose expected).",
 )
 @click.option(
     "--startup",
-    type=click.FloatRange(min=0),
+    type=FiniteFloat(ge=0),
     default=60.0,
     show_default=True,
     help="Seconds of node time every block spends starting.",
 )
 @click.option(
     "--commit-interval",
-    type=click.FloatRange(min=1),
+    type=FiniteFloat(ge=1),
     default=60.0,
     show_default=True,
     help="Seconds between commits (a yield loses the rest).",
@@ -76,7 +77,7 @@ def _pct(x: float) -> str:
 )
 @click.option(
     "--horizon",
-    type=click.FloatRange(min=60),
+    type=FiniteFloat(ge=60),
     default=86400.0,
     show_default=True,
     help="Longest window predicted (seconds).",
@@ -117,7 +118,9 @@ def windows(
     vs the naive limits-only planner)."""
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
+    from parsl_malleable.traces.command import report_lines
     from parsl_malleable.traces.read import read_trace
     from parsl_malleable.windows.accounting import BlockCosts
     from parsl_malleable.windows.evaluate import CHOICES, EvalConfig, evaluate
@@ -144,6 +147,7 @@ def windows(
         raise click.ClickException(str(exc)) from exc
 
     console = Console(width=max(Console().width, 110))
+    console.print(Text("\n".join(report_lines(job_trace.report))))
     days = sum(b - a for a, b in result.periods) / 86400
     console.print(
         f"[bold]{trace.name}[/bold]: {job_trace.machine.nodes} nodes, policy {policy}; "

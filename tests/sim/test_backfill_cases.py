@@ -159,9 +159,16 @@ def test_results_are_aligned_with_the_input_rows():
     assert np.array_equal(res.jobs["job_id"], trace.jobs["job_id"])
 
 
-def test_empty_and_all_dropped_traces_give_empty_results():
-    for rows in ([], [(0, float("nan"), 1, 1)]):
-        res = simulate(handmade_trace(rows, nodes=4), "easy", end_cut="last_end")
-        assert res.stats.jobs_simulated == 0
-        assert res.stats.holes == 0 and len(res.idle) == 0
-        assert len(res.jobs) == len(rows)
+@pytest.mark.parametrize(
+    ("rows", "message"),
+    [
+        ([], "the trace has no jobs"),
+        (
+            [(0, float("nan"), 1, 1)],
+            r"none of the 1 jobs can be simulated: unknown_times 1 \(jobs 1\)",
+        ),
+    ],
+)
+def test_empty_and_all_dropped_traces_are_errors(rows, message):
+    with pytest.raises(SimulationError, match=message):
+        simulate(handmade_trace(rows, nodes=4), "easy", end_cut="last_end")

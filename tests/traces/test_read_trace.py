@@ -12,6 +12,7 @@ from parsl_malleable.traces import detect_format, read_trace
 SWF_LINE = "1 0 5 10 4 -1 -1 4 20 -1 1 1 1 -1 1 -1 -1 -1\n"
 SACCT = "JobID|Submit|NNodes\n1|2024-01-01T00:00:00|2\n"
 PBS = "04/02/2024 10:00:00;Q;1.srv;queue=q ctime=1712052000 Resource_List.nodect=3\n"
+PBS += "04/02/2024 10:01:00;S;1.srv;start=1712052060 exec_host=n1/0*8+n2/0*8+n3/0*8\n"
 COBALT = "04/02/2024 10:00:00;Q;1.theta;qtime=1712052000 Resource_List.nodect=3 mode=script\n"
 
 
@@ -49,7 +50,10 @@ def test_dispatch_and_options(tmp_path):
     assert read_trace(sacct, "slurm", nodes=5).machine.nodes == 5
     pbs = tmp_path / "p"
     pbs.write_text(PBS)
-    assert read_trace(pbs).jobs["nodes_req"].tolist() == [3]
+    pbs_trace = read_trace(pbs)
+    assert pbs_trace.jobs["nodes_req"].tolist() == [3]
+    assert pbs_trace.report.format == "pbs"
+    assert pbs_trace.report.format_reason == "line 2 has exec_host=n1/0*8+n2/0*8+n3/0*8 (PBS)"
     cobalt = tmp_path / "c"
     cobalt.write_text(COBALT)
     assert read_trace(cobalt, nodes=8).machine.nodes == 8
