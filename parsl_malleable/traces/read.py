@@ -72,6 +72,7 @@ def _nothing_usable(trace: JobTrace) -> str:
         return "the file has no job records"
     reasons = [f"{kind} {report.describe(kind)}" for kind in sorted(report.examples)]
     text = f"{report.lines_read} records read, {report.skipped} skipped"
+    reasons += [f"skipped {example}" for example in report.skipped_examples[:1]]
     return text + (": " + "; ".join(reasons) if reasons else "")
 
 
@@ -149,8 +150,11 @@ def _evidence(line: str, cobalt: bool) -> str:
 def _head(path: Path, count: int) -> list[str]:
     if not path.is_file():
         raise TraceFormatError(path, None, "no such file")
-    with open_text(path) as fh:
-        return [line for _, line in zip(range(count), fh, strict=False)]
+    try:
+        with open_text(path) as fh:
+            return [line for _, line in zip(range(count), fh, strict=False)]
+    except (OSError, EOFError) as exc:  # gzip magic on a file that is not gzip, or cut short
+        raise TraceFormatError(path, None, f"cannot read: {exc}") from None
 
 
 def _is_swf_record(line: str) -> bool:

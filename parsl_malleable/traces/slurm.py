@@ -179,7 +179,8 @@ def _convert(
         problems.sort()
         if not skip_bad:
             raise TraceFormatError(path, problems[0][0], problems[0][1])
-        for n, why in problems:
+        first = dict(reversed(problems))  # one skip per line: its first problem names it
+        for n, why in sorted(first.items()):
             _bad(path, n, lines[n - 1], why, True, report)
     no_submit = submit_unknown & ~bad
     if no_submit.any():

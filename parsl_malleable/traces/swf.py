@@ -187,6 +187,7 @@ def _parse_records(
     fast = _all_plain_records(records)
     if fast is not None:
         return fast, np.ones(len(records), dtype=bool)
+    _note_unusual_widths(records, linenos, report)
     # maxsplit keeps extended-SWF tails (node lists) unsplit: they are ignored anyway
     tokens = [r.split(None, SWF_FIELDS)[:SWF_FIELDS] for r in records]
     counts = np.fromiter(map(len, tokens), dtype=np.int64, count=len(tokens))
@@ -208,6 +209,18 @@ def _parse_records(
         values = values[~numeric_bad[np.flatnonzero(keep)]]
         keep = ~bad
     return values, keep
+
+
+def _note_unusual_widths(records: list[str], linenos: list[int], report: ReadReport) -> None:
+    """Count records longer than the file's usual width (``extra_fields_ignored``).
+
+    Extended SWF files add the same fields to every line, so only a longer line than the rest
+    is suspect: two records run together (a lost newline) would otherwise lose one job silently.
+    """
+    widths = np.fromiter((len(r.split()) for r in records), dtype=np.int64, count=len(records))
+    usual = max(SWF_FIELDS, int(np.bincount(widths).argmax())) if len(widths) else SWF_FIELDS
+    longer = widths > usual
+    report.note("extra_fields_ignored", int(longer.sum()), lines_of(np.asarray(linenos), longer))
 
 
 def _all_plain_records(records: list[str]) -> np.ndarray | None:
