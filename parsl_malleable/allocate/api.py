@@ -15,9 +15,11 @@ from parsl_malleable.allocate.evaluate import objective_value
 from parsl_malleable.allocate.greedy import greedy_counts
 from parsl_malleable.allocate.horizon import HorizonClasses, classify
 from parsl_malleable.allocate.objectives import check_objective
+from parsl_malleable.allocate.options import AllocateOptions
 from parsl_malleable.allocate.result import Allocation
 from parsl_malleable.allocate.solve import SOLVERS, solve_problem
 from parsl_malleable.allocate.spec import NodeWindow, TrainingJob
+from parsl_malleable.inputs import validated
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +50,35 @@ def check_counts(
     if node_cap is not None and total > node_cap:
         return f"{total} nodes used, above the node cap {node_cap}"
     return ""
+
+
+# Solvers meet their optimum within feasibility tolerances (~1e-6 relative): a greedy value
+# that much above it is the same value, not a better start the solver failed to keep.
+SAME_VALUE_REL = 1e-6
+
+
+def _below(value: float, greedy_value: float) -> bool:
+    """Whether the solver's ``value`` is really worse than the greedy one (not just rounding)."""
+    return greedy_value > value + SAME_VALUE_REL * max(1.0, abs(value), abs(greedy_value))
+
+
+def _stop_useless_jobs(
+    jobs: Sequence[TrainingJob], counts: dict[str, list[int]]
+) -> tuple[dict[str, list[int]], list[str]]:
+    """Give 0 nodes to jobs whose curve is 0 at every allowed size (and name them).
+
+    Such nodes add nothing to any objective, so a solver may leave them there or not; holding
+    nodes for no samples is the wrong answer either way. Dropping them to 0 keeps feasibility
+    (a shrink to the empty subset) and the objective value (their score is 0 either way).
+    """
+    useless = [
+        job.name
+        for job in jobs
+        if sum(counts[job.name])
+        and not any(rate > 0 for _, rate in job.curve.breakpoints(job.min_nodes, job.max_nodes))
+    ]
+    fixed = {name: ([0] * len(row) if name in useless else row) for name, row in counts.items()}
+    return fixed, useless
 
 
 def allocate(
@@ -89,8 +120,20 @@ def allocate(
     check_objective(objective)
     if isinstance(solver, str) and solver not in SOLVERS:
         raise AllocationInputError(f"solver {solver!r} is not one of {', '.join(SOLVERS)}")
-    if node_cap is not None and node_cap < 0:
-        raise AllocationInputError(f"node_cap must be >= 0, got {node_cap}")
+    checked = validated(
+        AllocateOptions,
+        AllocationInputError,
+        free_nodes=free_nodes,
+        time_limit=time_limit,
+        gap_rel=gap_rel,
+        default_window_s=default_window_s,
+        max_horizon_s=max_horizon_s,
+        max_classes=max_classes,
+        node_cap=node_cap,
+        threads=threads,
+    )
+    free_nodes, node_cap = checked.free_nodes, checked.node_cap
+    time_limit, gap_rel = checked.time_limit, checked.gap_rel
     names = [job.name for job in jobs]
     if len(set(names)) != len(names):
         raise AllocationInputError("two jobs have the same name")
@@ -143,7 +186,7 @@ def allocate(
                 counts, status, message = None, "failed", f"solution rejected: {problem}"
             else:
                 value = float(model.problem.objective.value() or 0.0)
-        if counts is not None and greedy is not None and greedy_value > value + 1e-9 * abs(value):
+        if counts is not None and greedy is not None and _below(value, greedy_value):
             # Stopped at the time limit with an incumbent worse than the start it was given.
             counts, message = None, f"incumbent {value:.6g} below the greedy {greedy_value:.6g}"
         if counts is None:
@@ -162,6 +205,10 @@ def allocate(
         counts, value = greedy, greedy_value
         used_solver = "greedy"
         status = status if fell_back else "heuristic"
+    counts, idle_jobs = _stop_useless_jobs(jobs, counts)
+    if idle_jobs:
+        note = f"zero throughput at every size, given 0 nodes: {', '.join(idle_jobs)}"
+        message = f"{message}; {note}" if message else note
     node_ids, added, released = assign_nodes(jobs, counts, classes)
     return Allocation(
         nodes={name: len(ids) for name, ids in node_ids.items()},

@@ -14,6 +14,7 @@ from parsl_malleable.allocate.instances import make_instance, summit_remaining_w
 from parsl_malleable.allocate.objectives import OBJECTIVES
 from parsl_malleable.allocate.workload import load_workload
 from parsl_malleable.errors import MalleableError
+from parsl_malleable.inputs import FiniteFloat
 
 
 @click.command(name="allocate")
@@ -33,7 +34,9 @@ from parsl_malleable.errors import MalleableError
 )
 @click.option("--objective", type=click.Choice(OBJECTIVES), default="throughput")
 @click.option("--solver", type=click.Choice(["highs", "cbc", "greedy"]), default="highs")
-@click.option("--time-limit", type=float, default=10.0, show_default=True, help="Seconds.")
+@click.option(
+    "--time-limit", type=FiniteFloat(gt=0), default=10.0, show_default=True, help="Seconds."
+)
 @click.option("--node-cap", type=click.IntRange(0), default=None, help="Most nodes harvested.")
 @click.option("--seed", type=int, default=0, show_default=True)
 def allocate(

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from parsl_malleable.allocate.errors import AllocationInputError
+from parsl_malleable.inputs import whole_count
 
 
 @dataclass(frozen=True)
@@ -25,7 +26,10 @@ class ScalingCurve:
     stderr: tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
-        nodes = tuple(int(n) for n in self.nodes)
+        nodes = tuple(
+            whole_count(n, "scaling curve: node count", error=AllocationInputError)
+            for n in self.nodes
+        )
         rates = tuple(float(r) for r in self.throughput)
         if not nodes:
             raise AllocationInputError("scaling curve: no points")

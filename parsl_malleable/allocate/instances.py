@@ -8,13 +8,14 @@ run.
 from __future__ import annotations
 
 import csv
-import gzip
+import math
 import random
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from parsl_malleable.allocate.spec import NodeWindow, TrainingJob
 from parsl_malleable.errors import TraceFormatError
+from parsl_malleable.traces._io import open_text
 
 
 @dataclass(frozen=True)
@@ -34,13 +35,21 @@ def summit_remaining_windows(path: str | Path, count: int, seed: int = 0) -> lis
     """
     path = Path(path)
     lengths: list[float] = []
-    with gzip.open(path, "rt", newline="") as handle:
-        reader = csv.DictReader(handle)
-        for line, row in enumerate(reader, start=2):
-            try:
-                lengths.append(float(row["idle_end"]) - float(row["idle_start"]))
-            except (KeyError, TypeError, ValueError) as exc:
-                raise TraceFormatError(path, line, f"bad idle interval: {exc}") from exc
+    try:
+        with open_text(path, newline="") as handle:  # plain or gzip, whatever the name says
+            reader = csv.DictReader(handle)
+            for line, row in enumerate(reader, start=2):
+                try:
+                    lengths.append(float(row["idle_end"]) - float(row["idle_start"]))
+                except (KeyError, TypeError, ValueError) as exc:
+                    raise TraceFormatError(path, line, f"bad idle interval: {exc}") from exc
+    except (OSError, EOFError, UnicodeDecodeError) as exc:
+        raise TraceFormatError(path, None, f"cannot read: {exc}") from None
+    if not any(span > 0 for span in lengths):
+        raise TraceFormatError(path, None, "no idle interval longer than 0 s: nothing to draw from")
+    if not all(math.isfinite(span) and span >= 0 for span in lengths):
+        bad = next(i for i, span in enumerate(lengths) if not (math.isfinite(span) and span >= 0))
+        raise TraceFormatError(path, bad + 2, "idle_end must be finite and >= idle_start")
     rng = random.Random(seed)  # noqa: S311 - reproducible sampling, not security
     picked = rng.choices(lengths, weights=lengths, k=count)
     return [rng.uniform(0.0, span) for span in picked]

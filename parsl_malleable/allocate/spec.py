@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from parsl_malleable.allocate.curve import ScalingCurve
 from parsl_malleable.allocate.errors import AllocationInputError
+from parsl_malleable.inputs import whole_count
 
 
 @dataclass(frozen=True)
@@ -32,8 +33,9 @@ class TrainingJob:
         where = f"job {self.name!r}"
         if not self.name:
             raise AllocationInputError("job with an empty name")
-        if int(self.min_nodes) != self.min_nodes or int(self.max_nodes) != self.max_nodes:
-            raise AllocationInputError(f"{where}: min_nodes and max_nodes must be integers")
+        for key in ("min_nodes", "max_nodes"):
+            count = whole_count(getattr(self, key), f"{where}: {key}", error=AllocationInputError)
+            object.__setattr__(self, key, count)
         if not 1 <= self.min_nodes <= self.max_nodes:
             raise AllocationInputError(
                 f"{where}: need 1 <= min_nodes <= max_nodes, got {self.min_nodes}, {self.max_nodes}"

@@ -10,6 +10,7 @@ from parsl_malleable.allocate.curve import ScalingCurve
 from parsl_malleable.allocate.errors import AllocationInputError
 from parsl_malleable.allocate.spec import TrainingJob
 from parsl_malleable.errors import MalleableError, TraceFormatError
+from parsl_malleable.inputs import whole_count
 
 JOB_FIELDS = ("job", "Tcup", "Tcdw", "Jmin", "Jmax")
 SCALING_FIELDS = ("job", "nodes", "throughput")
@@ -28,14 +29,20 @@ def _rows(path: Path, fields: tuple[str, ...]) -> list[tuple[int, dict[str, str]
         return [(i, row) for i, row in enumerate(reader, start=2)]
 
 
+def _number(text: str | None) -> float:
+    """A CSV number as float (counts are checked whole by the caller, never truncated)."""
+    return float(text if text is not None else "missing")
+
+
 def load_scaling(path: str | Path) -> dict[str, ScalingCurve]:
     """Curves per job from a ``job,nodes,throughput[,objective]`` CSV."""
     path = Path(path)
     points: dict[str, list[tuple[int, float]]] = defaultdict(list)
     for line, row in _rows(path, SCALING_FIELDS):
         try:
-            points[row["job"]].append((int(float(row["nodes"])), float(row["throughput"])))
-        except ValueError as exc:
+            nodes = whole_count(_number(row["nodes"]), "nodes", minimum=0)
+            points[row["job"]].append((nodes, float(row["throughput"])))
+        except (ValueError, MalleableError) as exc:
             raise TraceFormatError(path, line, f"bad number: {exc}") from exc
     curves = {}
     for name, pts in points.items():
@@ -64,8 +71,8 @@ def load_workload(directory: str | Path, name: str, limit: int | None = None) ->
             jobs.append(
                 TrainingJob(
                     name=row["job"],
-                    min_nodes=int(float(row["Jmin"])),
-                    max_nodes=int(float(row["Jmax"])),
+                    min_nodes=_number(row["Jmin"]),
+                    max_nodes=_number(row["Jmax"]),
                     curve=curves[row["job"]],
                     scale_up_cost=float(row["Tcup"]),
                     scale_down_cost=float(row["Tcdw"]),

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from parsl_malleable.allocate.curve import ScalingCurve
 from parsl_malleable.allocate.spec import TrainingJob
 from parsl_malleable.errors import ConfigError
+from parsl_malleable.inputs import finite_number, whole_count
 from parsl_malleable.profile.fit import ScalingFit, fit_scaling
 
 RESCALE_KINDS = ("up", "down", "start")
@@ -66,35 +67,40 @@ class ScalabilityProfiler:
         default_scale_up_s: float = 30.0,
         default_scale_down_s: float = 15.0,
     ) -> None:
-        if not 0 <= noise_floor < 1 or extrapolation_rel < 0:
-            raise ProfileInputError("noise_floor must be in [0, 1) and extrapolation_rel >= 0")
+        noise_floor = finite_number(noise_floor, "noise_floor", ge=0, error=ProfileInputError)
+        if noise_floor >= 1:
+            raise ProfileInputError(f"noise_floor must be < 1, got {noise_floor}")
         self.noise_floor = noise_floor
-        self.extrapolation_rel = extrapolation_rel
-        self.defaults = {
-            "up": default_scale_up_s,
-            "down": default_scale_down_s,
-            "start": default_scale_up_s,
-        }
+        self.extrapolation_rel = finite_number(
+            extrapolation_rel, "extrapolation_rel", ge=0, error=ProfileInputError
+        )
+        # a negative default pause would make every unmeasured rescale look profitable
+        up = finite_number(default_scale_up_s, "default_scale_up_s", ge=0, error=ProfileInputError)
+        down = finite_number(
+            default_scale_down_s, "default_scale_down_s", ge=0, error=ProfileInputError
+        )
+        self.defaults = {"up": up, "down": down, "start": up}
         self._stats: dict[str, dict[int, _Stats]] = defaultdict(lambda: defaultdict(_Stats))
         self._rescales: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
 
     def record(self, job: str, world_size: int, samples_per_s: float) -> None:
         """One throughput sample of ``job`` running on ``world_size`` nodes."""
-        if int(world_size) != world_size or world_size < 1:
-            raise ProfileInputError(f"job {job!r}: world_size must be an integer >= 1")
-        if not math.isfinite(samples_per_s) or samples_per_s <= 0:
-            raise ProfileInputError(
-                f"job {job!r}: samples_per_s must be finite and > 0, got {samples_per_s}"
-            )
-        self._stats[job][int(world_size)].add(float(samples_per_s))
+        size = whole_count(
+            world_size, f"job {job!r}: world_size", minimum=1, error=ProfileInputError
+        )
+        rate = finite_number(
+            samples_per_s, f"job {job!r}: samples_per_s", gt=0, error=ProfileInputError
+        )
+        self._stats[job][size].add(rate)
 
     def record_rescale(self, job: str, kind: str, seconds: float) -> None:
         """The measured pause of one rescale: ``kind`` is ``up``, ``down`` or ``start``."""
         if kind not in RESCALE_KINDS:
             raise ProfileInputError(f"job {job!r}: rescale kind {kind!r} not in {RESCALE_KINDS}")
-        if not math.isfinite(seconds) or seconds < 0:
-            raise ProfileInputError(f"job {job!r}: rescale seconds must be >= 0, got {seconds}")
-        self._rescales[job][kind].append(float(seconds))
+        seconds = finite_number(
+            seconds, f"job {job!r}: rescale seconds", ge=0, error=ProfileInputError
+        )
+        self._rescales[job][kind].append(seconds)
 
     def rescale_cost(self, job: str, kind: str) -> float:
         """Mean measured pause of ``kind`` for ``job``, else the default."""
@@ -187,8 +193,7 @@ class ScalabilityProfiler:
         (``(pause_to + pause_back) * rate_now``). Candidates default to the powers of two next
         to ``current_size`` (within ``max_nodes``).
         """
-        if horizon_s <= 0:
-            raise ProfileInputError(f"horizon_s must be > 0, got {horizon_s}")
+        horizon_s = finite_number(horizon_s, "horizon_s", gt=0, error=ProfileInputError)
         seen = self.measured(job)
         if current_size not in seen:
             raise ProfileInputError(f"job {job!r}: no samples at its current size {current_size}")
