@@ -117,6 +117,7 @@ class Controller:
         self._links: dict[str, AgentLink] = {}
         self._agents: dict[str, tuple[AppFuture, float]] = {}
         self._agent_job: dict[str, str] = {}  # agent id -> the job it last ran ranks of
+        self._agent_errors: dict[str, str] = {}  # job -> how the last agent that ran it failed
         self._seen_blocks: dict[str, str] = {}  # block key -> Parsl block id
         self._held_blocks: set[str] = set()  # Parsl block ids whose managers were held
         self._held_managers: set[str] = set()
@@ -336,8 +337,10 @@ class Controller:
             if not future.done():
                 continue
             del self._agents[agent_id]
-            self._agent_job.pop(agent_id, None)
+            ran = self._agent_job.pop(agent_id, None)
             error = future.exception()
+            if error is not None and ran is not None:
+                self._agent_errors[ran] = f"{type(error).__name__}: {error}"
             if error is None:
                 self._agent_failures = 0
                 self._agent_ended(future.result())
@@ -417,10 +420,10 @@ class Controller:
             if outcome == "aborted" and not job.ended:
                 job.fail(job.coordinator.abort_message or "training aborted")
             if outcome == "done" and not job.ended and not self._rank0_pending(name):
+                why = self._agent_errors.get(name, "its worker was lost")
                 job.fail(
                     "training finished but the task of rank 0 failed before returning its "
-                    f"result (its worker was lost); the final checkpoint is in "
-                    f"{job.options.checkpoint_dir}"
+                    f"result ({why}); the final checkpoint is in {job.options.checkpoint_dir}"
                 )
             if job.ended:
                 self.core.end_job(name, now)
