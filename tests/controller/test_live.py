@@ -9,9 +9,7 @@ from pathlib import Path
 
 import parsl
 import pytest
-from parsl.config import Config
 from parsl.executors import HighThroughputExecutor
-from parsl.providers import LocalProvider
 
 from apps.digits import train_elastic
 from parsl_malleable.allocate.curve import ScalingCurve
@@ -21,32 +19,14 @@ from tests.elastic import elastic_scenario as sc
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parents[2]
 # Two nodes give a job little more than one: the allocator splits two nodes 1 + 1.
 CONCAVE = ScalingCurve((1, 2), (100.0, 110.0))
 
 
 def load(run_dir: Path, blocks: int, workers_per_node: int = 1) -> HighThroughputExecutor:
     sc.environment_ready()
-    provider = LocalProvider(
-        init_blocks=blocks,
-        min_blocks=0,
-        max_blocks=8,
-        nodes_per_block=1,
-        worker_init=f"export PYTHONPATH={REPO}:$PYTHONPATH OMP_NUM_THREADS=1",
-    )
-    executor = HighThroughputExecutor(
-        label="ranks",
-        address="127.0.0.1",
-        max_workers_per_node=workers_per_node,
-        cores_per_worker=1 / workers_per_node,
-        heartbeat_period=2,
-        heartbeat_threshold=10,
-        provider=provider,
-        block_error_handler=False,
-    )
-    parsl.load(Config(executors=[executor], strategy="none", run_dir=str(run_dir)))
-    return executor
+    parsl.load(sc.htex_config(run_dir, blocks, workers_per_node))
+    return sc.executor()
 
 
 def controller_of(executor: HighThroughputExecutor) -> Controller:
@@ -71,9 +51,7 @@ def test_two_jobs_on_two_workers_get_what_the_allocator_decided(tmp_path):
         shared: list[dict] = []
         while not (a.ended and b.ended):
             if a.coordinator.outcome is None and b.coordinator.outcome is None:
-                sizes.add(
-                    (a.coordinator.running_world_size(), b.coordinator.running_world_size())
-                )
+                sizes.add((a.coordinator.running_world_size(), b.coordinator.running_world_size()))
             state = controller.state()
             names = [n for job in state["jobs"].values() for n in job["node_names"]]
             if len(names) != len(set(names)):

@@ -23,8 +23,9 @@ from parsl_malleable.app import ElasticJob
 REPO = Path(__file__).resolve().parents[2]
 
 
-def htex_config(run_dir: Path, init_blocks: int) -> Config:
-    """One worker per block, one core per worker; the test alone decides when blocks come and go."""
+def htex_config(run_dir: Path, init_blocks: int, workers_per_node: int = 1) -> Config:
+    """``workers_per_node`` workers per block (one rank each) sharing one core; the test alone
+    decides when blocks come and go."""
     provider = LocalProvider(
         init_blocks=init_blocks,
         min_blocks=0,
@@ -35,8 +36,8 @@ def htex_config(run_dir: Path, init_blocks: int) -> Config:
     executor = HighThroughputExecutor(
         label="ranks",
         address="127.0.0.1",
-        max_workers_per_node=1,
-        cores_per_worker=1,
+        max_workers_per_node=workers_per_node,
+        cores_per_worker=1 / workers_per_node,
         heartbeat_period=2,
         heartbeat_threshold=10,
         provider=provider,
