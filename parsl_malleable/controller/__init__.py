@@ -5,14 +5,10 @@
 its orders. See docs/controller.md.
 """
 
+from parsl_malleable.controller.address import controller_address
 from parsl_malleable.controller.blocks import BlockSource, BlockView, ProviderBlocks
 from parsl_malleable.controller.core import ControllerCore, CoreSettings
-from parsl_malleable.controller.live import (
-    Controller,
-    configure,
-    controller_address,
-    controller_for,
-)
+from parsl_malleable.controller.live import Controller, configure, controller_for
 from parsl_malleable.controller.model import Decision, DrainRanks, JobSpec, StartRanks
 from parsl_malleable.controller.policy import PolicySettings, decide
 

@@ -29,8 +29,8 @@ from parsl.app.app import python_app
 from parsl.dataflow.futures import AppFuture
 from parsl.executors import HighThroughputExecutor
 from parsl.executors.high_throughput.errors import ManagerLost, WorkerLost
-from parsl.providers import LocalProvider
 
+from parsl_malleable.controller.address import controller_address, workers_per_node
 from parsl_malleable.controller.agent import AgentExit, AgentSpec, JobPayload, run_agent
 from parsl_malleable.controller.agents import AgentLink, AgentServer
 from parsl_malleable.controller.blocks import BlockSource, ProviderBlocks, block_key
@@ -43,37 +43,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-LOOPBACK = "127.0.0.1"
 _ATTRIBUTE = "_malleable_controller"
-
-
-def controller_address(executor: HighThroughputExecutor) -> str:
-    """The address ranks and agents reach this process at, never silently loopback.
-
-    The executor's own ``address`` when set; loopback when every block runs on this host
-    (LocalProvider, or a site profile saying so); otherwise a :class:`ConfigError` naming what
-    to set.
-    """
-    if executor.address:
-        return str(executor.address)
-    provider = executor.provider
-    if isinstance(provider, LocalProvider):
-        return LOOPBACK
-    profile = getattr(provider, "profile", None)
-    if profile is not None and getattr(profile, "address", None):
-        return str(profile.address)
-    raise ConfigError(
-        f"executor {executor.label!r}: its blocks run on other hosts, and nothing says which "
-        f"address of this host they can reach; set address= on harvest_executor() (or on the "
-        f"HighThroughputExecutor), e.g. parsl.addresses.address_by_interface('hsn0'), or "
-        f"'address:' in the site profile"
-    )
-
-
-def workers_per_node(executor: HighThroughputExecutor) -> int:
-    """Ranks per node: the executor's workers per node (one per GPU on GPU sites)."""
-    count = getattr(executor, "workers_per_node", None) or getattr(executor, "_workers_per_node", 1)
-    return max(1, int(count))
 
 
 class Controller:

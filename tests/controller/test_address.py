@@ -6,7 +6,7 @@ import pytest
 from parsl.executors import HighThroughputExecutor
 from parsl.providers import LocalProvider, SlurmProvider
 
-from parsl_malleable.controller.live import controller_address
+from parsl_malleable.controller.address import controller_address
 from parsl_malleable.errors import ConfigError
 from parsl_malleable.provider import BackfillProvider, harvest_executor
 
