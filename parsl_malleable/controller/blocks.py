@@ -12,10 +12,11 @@ have no deadline, and are left only when someone calls ``drain_blocks``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from parsl_malleable.controller.core import ControllerCore
 from parsl_malleable.harvest.ledger import BlockInfo, Phase
 
 
@@ -83,4 +84,29 @@ class ProviderBlocks:
         self.provider.on_yield = on_yield  # type: ignore[attr-defined]
 
 
-__all__ = ["BlockSource", "BlockView", "ProviderBlocks", "block_key"]
+class BlockDiff:
+    """Turns successive answers of a :class:`BlockSource` into the core's block events.
+
+    A block is gone when the source stops listing it, and only then: agents may connect
+    from a block before the source lists it (a provider notices a start at its next poll),
+    and their nodes must not be dropped for that.
+    """
+
+    def __init__(self) -> None:
+        self.listed: dict[str, str] = {}  # block key -> Parsl block id
+
+    def apply(self, views: Iterable[BlockView], core: ControllerCore, now: float) -> None:
+        """Tell ``core`` what changed since the last answer."""
+        live = {view.key: view for view in views}
+        for key, view in live.items():
+            self.listed[key] = view.parsl_block
+            core.block_update(
+                key, now, deadline=view.deadline, yielding=view.yielding, reason=view.reason
+            )
+        for key in [k for k in self.listed if k not in live]:
+            del self.listed[key]
+            if key in core.blocks:
+                core.block_gone(key, now)
+
+
+__all__ = ["BlockDiff", "BlockSource", "BlockView", "ProviderBlocks", "block_key"]

@@ -18,7 +18,6 @@ from a simulated clock. Both run exactly this code.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -293,9 +292,4 @@ class ControllerCore:
         return f"given to {target}" if target else "not in the allocation"
 
 
-def active_nodes(core: ControllerCore, job: str) -> Iterable[str]:
-    """Nodes running ``job``'s ranks that are not leaving."""
-    return (n.node_id for n in core.nodes.values() if n.job == job and not n.leaving)
-
-
-__all__ = ["ControllerCore", "CoreSettings", "active_nodes"]
+__all__ = ["ControllerCore", "CoreSettings"]

@@ -31,9 +31,9 @@ from parsl.executors import HighThroughputExecutor
 from parsl.executors.high_throughput.errors import ManagerLost, WorkerLost
 
 from parsl_malleable.controller.address import controller_address, workers_per_node
-from parsl_malleable.controller.agent import AgentExit, AgentSpec, JobPayload, run_agent
+from parsl_malleable.controller.agent import AgentExit, AgentSpec, run_agent
 from parsl_malleable.controller.agents import AgentLink, AgentServer
-from parsl_malleable.controller.blocks import BlockSource, ProviderBlocks, block_key
+from parsl_malleable.controller.blocks import BlockDiff, BlockSource, ProviderBlocks, block_key
 from parsl_malleable.controller.core import ControllerCore, CoreSettings
 from parsl_malleable.controller.model import DrainRanks, JobSpec, StartRanks
 from parsl_malleable.errors import ConfigError
@@ -89,6 +89,7 @@ class Controller:
         self._agent_job: dict[str, str] = {}  # agent id -> the job it last ran ranks of
         self._agent_errors: dict[str, str] = {}  # job -> how the last agent that ran it failed
         self._seen_blocks: dict[str, str] = {}  # block key -> Parsl block id
+        self._blocks = BlockDiff()
         self._held_blocks: set[str] = set()  # Parsl block ids whose managers were held
         self._held_managers: set[str] = set()
         self._agent_failures = 0
@@ -99,7 +100,6 @@ class Controller:
         self._server: AgentServer | None = None
         self._agent_app = python_app(run_agent, executors=[executor.label])
         self._dfk = parsl.dfk()
-        self.moves: list[dict[str, Any]] = []
         if self.source is not None:
             self.source.attach(self._wake.set)
         provider = executor.provider
@@ -251,7 +251,6 @@ class Controller:
                 logger.warning("rank of job %s failed: %s", job, report.get("reason"))
             if all(p.job is None for p in self._node_links(link.node_id)):
                 self.core.ranks_left(link.node_id, now)
-                self.moves.append({"node": link.node_id, "left": job, "time": now})
         self._wake.set()
 
     def _on_gone(self, link: AgentLink) -> None:
@@ -334,14 +333,12 @@ class Controller:
     def _sync_blocks(self, now: float) -> None:
         if self.source is None:
             return
-        live = {view.key: view for view in self.source.blocks()}
-        for key, view in live.items():
-            self._seen_blocks[key] = view.parsl_block
-            self.core.block_update(
-                key, now, deadline=view.deadline, yielding=view.yielding, reason=view.reason
-            )
-        for key in [k for k in self._seen_blocks if k not in live and k in self.core.blocks]:
-            self.core.block_gone(key, now)
+        views = self.source.blocks()
+        for view in views:
+            self._seen_blocks[view.key] = view.parsl_block
+        self._blocks.apply(views, self.core, now)
+        for key in [k for k in self._seen_blocks if k not in self.core.blocks]:
+            del self._seen_blocks[key]
         leaving = {
             self._seen_blocks[k]
             for k, b in self.core.blocks.items()
@@ -435,7 +432,6 @@ class Controller:
                     "token": job.coordinator.token,
                 }
             )
-        self.moves.append({"node": action.node, "joined": action.job, "time": self.clock()})
 
     def _drain_ranks(self, action: DrainRanks) -> None:
         job = self._jobs.get(action.job)
@@ -547,7 +543,6 @@ def configure(executor: HighThroughputExecutor, **options: Any) -> Controller:
 
 __all__ = [
     "Controller",
-    "JobPayload",
     "configure",
     "controller_address",
     "controller_for",

@@ -150,3 +150,19 @@ def test_bad_jobs_and_settings_are_refused_by_name():
     c.add_job(JobSpec("x"), 0.0)
     with pytest.raises(ConfigError, match="already registered"):
         c.add_job(JobSpec("x"), 0.0)
+
+
+def test_block_diff_drops_a_block_only_when_its_source_stops_listing_it():
+    from parsl_malleable.controller.blocks import BlockDiff, BlockView
+
+    c = core()
+    diff = BlockDiff()
+    # Agents connect from block 0/42 before the provider's next poll lists it as running.
+    c.node_ready("pool-a", "0/42", 0.0, name="n1")
+    diff.apply([], c, 1.0)
+    assert "pool-a" in c.nodes
+    view = BlockView("0/42", "0", ("n1",), deadline=500.0, yielding=False)
+    diff.apply([view], c, 2.0)
+    assert c.blocks["0/42"].deadline == 500.0 and "pool-a" in c.nodes
+    diff.apply([], c, 3.0)  # listed before, not now: the block ended
+    assert "pool-a" not in c.nodes and "0/42" not in c.blocks
