@@ -169,7 +169,7 @@ class Controller:
     def demand(self, context: object = None) -> int:
         """Nodes the registered jobs could use (the provider's demand callable)."""
         with self._lock:
-            return sum(spec.max_nodes for spec in self.core.jobs.values())
+            return self._wanted_nodes()
 
     def state(self) -> dict[str, Any]:
         """Jobs (nodes, target, measured throughput, world size), agents, last decision."""

@@ -105,9 +105,11 @@ def decide(
     training: list[TrainingJob] = []
     sources: dict[str, str] = {}
     kept: set[str] = set()
+    held_count: dict[str, int] = {}
     for spec in jobs:
         curve, sources[spec.name] = job_curve(spec, profiler, settings, prior)
         held = tuple(n for n in holdings.get(spec.name, ()) if n in remaining)
+        held_count[spec.name] = len(held)
         # A job below its minimum (a node was lost) is planned afresh: its nodes are free.
         current = held if spec.min_nodes <= len(held) <= spec.max_nodes else ()
         kept.update(current)
@@ -140,7 +142,7 @@ def decide(
     terms: dict[str, JobTerms] = {}
     changes: dict[str, tuple[int, int]] = {}
     for job in training:
-        before = len([n for n in holdings.get(job.name, ()) if n in remaining])
+        before = held_count[job.name]
         after = result.nodes.get(job.name, 0)
         terms[job.name] = JobTerms(
             before, after, job.curve(before), job.curve(after), sources[job.name]
