@@ -25,6 +25,14 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "parsl_malleable.windows.command:windows",
         "Evaluate idle-window prediction on a trace: accuracy and harvestable node-hours.",
     ),
+    "run": (
+        "parsl_malleable.campaign.command:run",
+        "Train the jobs of a campaign YAML on harvested nodes (rerun to resume).",
+    ),
+    "status": (
+        "parsl_malleable.campaign.command:status",
+        "Summarise a campaign's output folder, while it runs or after.",
+    ),
     "allocate": (
         "parsl_malleable.allocate.command:allocate",
         "Solve one allocation of idle nodes to training jobs (MILP or greedy).",

@@ -132,6 +132,7 @@ class BackfillProvider(ExecutionProvider, RepresentationMixin):
         self.polls = 0
         self.last_error = ""
         self.last_report: PollReport | None = None
+        self.last_snapshot: Snapshot | None = None
 
     # ------------------------------------------------------------------ Parsl interface
 
@@ -280,6 +281,7 @@ class BackfillProvider(ExecutionProvider, RepresentationMixin):
             self.polls += 1
             try:
                 snap = self.scheduler.snapshot()
+                self.last_snapshot = snap
                 self._reconcile(snap, report)
                 self._yield(snap, report)
                 self._send_due_cancels()

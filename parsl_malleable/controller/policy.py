@@ -43,6 +43,7 @@ class PolicySettings:
     scale_up_s: float = 5.0
     scale_down_s: float = 2.0
     explore_kappa: float = 1.0
+    profiler: bool = True
     prior_rate: float | None = None
 
 
@@ -55,7 +56,7 @@ def job_curve(
     """The curve the allocator uses for ``spec`` and where it came from."""
     if spec.curve is not None:
         return spec.curve, "user"
-    if profiler.measured(spec.name):
+    if settings.profiler and profiler.measured(spec.name):
         curve = profiler.curve(spec.name, spec.max_nodes)
         return curve.shifted(settings.explore_kappa), "profiled"
     # Linear scaling from zero: the prior never claims a size is worse than another.
@@ -70,7 +71,7 @@ def reference_rate(
         return settings.prior_rate
     rates = []
     for spec in jobs:
-        seen = profiler.measured(spec.name)
+        seen = settings.profiler and profiler.measured(spec.name)
         if seen:
             rates.append(profiler.fit(spec.name).throughput(1))
         elif spec.curve is not None:

@@ -1,0 +1,180 @@
+"""``parsl-malleable run CAMPAIGN.yaml`` and ``parsl-malleable status DIR``."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.live import Live
+
+from parsl_malleable.errors import ConfigError
+
+LIVE_AFTER_S = 1.0  # seconds between refreshes of the live view
+LOG_EVERY_S = 15.0  # without a terminal: one summary line this often
+
+
+def _output_for(campaign_file: Path, configured: str | None, given: Path | None) -> Path:
+    if given is not None:
+        return given
+    if configured:
+        path = Path(configured)
+        return path if path.is_absolute() else Path.cwd() / path
+    return Path.cwd() / "out" / campaign_file.stem
+
+
+@click.command()
+@click.argument("campaign_file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option(
+    "--output",
+    "-o",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="output folder (default: the campaign's `output`, else out/<file stem>)",
+)
+@click.option("--site", default=None, help="site profile to use instead of the campaign's")
+@click.option(
+    "--time-limit",
+    type=float,
+    default=None,
+    help="stop after this many seconds (jobs resume at the next run)",
+)
+@click.option("--quiet", is_flag=True, help="no live view; a summary line now and then")
+def run(
+    campaign_file: Path,
+    output: Path | None,
+    site: str | None,
+    time_limit: float | None,
+    quiet: bool,
+) -> None:
+    """Train the jobs of CAMPAIGN_FILE on harvested nodes; rerun the same command to resume.
+
+    Writes state.sqlite, campaign.log, results.csv, results.parquet, gantt.png and nodes.png
+    into the output folder.
+    """
+    from parsl_malleable.campaign.display import live_table
+    from parsl_malleable.campaign.results import write_results
+    from parsl_malleable.campaign.runner import CampaignRunner
+    from parsl_malleable.campaign.spec import load_campaign
+
+    console = Console(stderr=True)
+    try:
+        campaign = load_campaign(campaign_file)
+        changes = {"time_limit_s": time_limit, "site": site}
+        changes = {k: v for k, v in changes.items() if v is not None}
+        if site is not None:
+            changes["site_overrides"] = {}  # overrides were written for the campaign's own site
+        campaign = campaign.model_copy(update=changes)
+        folder = _output_for(campaign_file, campaign.output, output)
+        runner = CampaignRunner(campaign, folder, source=str(campaign_file))
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
+    # Parsl sets its own loggers to DEBUG; only warnings reach the terminal (all of it is in
+    # campaign.log and runinfo/).
+    to_terminal = logging.StreamHandler()
+    to_terminal.setLevel(logging.WARNING)
+    to_terminal.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    logging.getLogger().addHandler(to_terminal)
+    console.print(f"campaign {campaign_file} -> {folder}")
+    interactive = console.is_terminal and not quiet
+    last_line = [0.0]
+
+    def show(r: CampaignRunner) -> None:
+        if interactive:
+            live.update(live_table(r), refresh=True)
+        elif time.monotonic() - last_line[0] >= LOG_EVERY_S:
+            last_line[0] = time.monotonic()
+            console.print(_summary_line(r))
+
+    runner.on_sample = show
+    with Live(console=console, auto_refresh=False, transient=False) as live:
+        if not interactive:
+            live.stop()
+        try:
+            outcome = runner.execute()
+        except KeyboardInterrupt:
+            console.print("interrupted: rerun the same command to resume")
+            raise SystemExit(130) from None
+    from parsl_malleable.campaign.store import CampaignStore
+
+    store = CampaignStore(folder)
+    try:
+        files = write_results(store, folder)
+    finally:
+        store.close()
+    console.print(
+        f"run {outcome.run}: {outcome.outcome}; {len(outcome.done)} done, "
+        f"{len(outcome.failed)} failed of {len(runner.entries)}"
+    )
+    for path in files:
+        console.print(f"  wrote {path}")
+    if outcome.failed:
+        raise SystemExit(1)
+    if outcome.outcome not in ("finished", "nothing to do"):
+        raise SystemExit(3)
+
+
+def _summary_line(runner: object) -> str:
+    from parsl_malleable.campaign.runner import CampaignRunner
+
+    assert isinstance(runner, CampaignRunner) and runner.store is not None
+    rows = runner.store.jobs()
+    done = sum(1 for r in rows if r.status == "done")
+    site = runner.last_site
+    nodes = f"{site.harvested} harvested, {site.training} training" if site else "no snapshot yet"
+    return f"{time.time() - runner.started:6.0f} s: {done}/{len(rows)} jobs done; {nodes}"
+
+
+@click.command()
+@click.argument("folder", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="print the jobs as JSON")
+def status(folder: Path, as_json: bool) -> None:
+    """Summarise the campaign in FOLDER, while it runs or after."""
+    from parsl_malleable.campaign.display import status_table
+    from parsl_malleable.campaign.store import CampaignStore
+
+    try:
+        store = CampaignStore(folder, read_only=True)
+    except FileNotFoundError as exc:
+        raise click.ClickException(str(exc)) from None
+    try:
+        rows = store.jobs()
+        runs = int(store.meta("runs") or 0)
+        outcome = store.meta(f"run{runs}_outcome")
+        live = (folder / "lifeline.json").exists() and outcome is None
+        meta = {
+            "campaign_file": store.meta("campaign_file"),
+            "runs": str(runs),
+            "state": "running now" if live else (outcome or "ended without a word (killed?)"),
+        }
+    finally:
+        store.close()
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    **meta,
+                    "jobs": [
+                        {
+                            "name": r.name,
+                            "status": r.status,
+                            "result": r.result,
+                            "node_hours": r.node_seconds / 3600,
+                            "rescales": r.rescales,
+                            "driver_runs": r.submissions,
+                            "resumed_from_step": r.resumed_from_step,
+                        }
+                        for r in rows
+                    ],
+                },
+                indent=1,
+            )
+        )
+        return
+    Console().print(status_table(rows, meta))
+
+
+__all__ = ["run", "status"]

@@ -1,0 +1,102 @@
+"""A campaign's results: one row per job (CSV and Parquet) and two pictures (PNG).
+
+* ``results.csv`` / ``results.parquet``: name, app, swept parameters (``param.<name>``),
+  status, the final metrics the training function returned (``result.<name>``), node-hours,
+  rescales, time to result (from the campaign's first start to the job's end, driver deaths
+  included), the driver runs it took, the checkpoint step it last resumed from;
+* ``gantt.png``: which job trained on which node over time (from the 1 s samples);
+* ``nodes.png``: the site's nodes over time: native, harvested and training, harvested but idle
+  for training, idle; the harvest fraction is harvested / (harvested + idle) node-seconds.
+"""
+
+from __future__ import annotations
+
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from parsl_malleable.campaign.store import CampaignStore
+
+
+def _flat(prefix: str, values: dict[str, Any] | None) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in (values or {}).items():
+        if isinstance(value, (int, float, str, bool)) or value is None:
+            out[f"{prefix}.{key}"] = value
+        else:
+            out[f"{prefix}.{key}"] = str(value)
+    return out
+
+
+def results_frame(store: CampaignStore) -> pd.DataFrame:
+    """One row per job, in campaign order."""
+    started = store.started_at
+    rows = []
+    for job in store.jobs():
+        rows.append(
+            {
+                "job": job.name,
+                "app": job.spec.get("app"),
+                **_flat("param", job.params),
+                "status": job.status,
+                **_flat("result", job.result),
+                "node_hours": job.node_seconds / 3600.0,
+                "rescales": job.rescales,
+                "time_to_result_s": (
+                    job.finished_at - started
+                    if job.finished_at is not None and started is not None
+                    else None
+                ),
+                "first_start_s": (
+                    job.first_start - started
+                    if job.first_start is not None and started is not None
+                    else None
+                ),
+                "driver_runs": job.submissions,
+                "finished_in_run": job.finished_in_run,
+                "resumed_from_step": job.resumed_from_step,
+                "min_nodes": job.spec.get("min_nodes"),
+                "max_nodes": job.spec.get("max_nodes"),
+                "priority": job.spec.get("priority"),
+                "error": job.error,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def harvest_fraction(store: CampaignStore) -> float | None:
+    """Harvested / (harvested + idle) node-seconds over every sample of every run."""
+    samples = store.site_samples()
+    harvested = idle = 0.0
+    for a, b in pairwise(samples):
+        if a[1] != b[1]:
+            continue  # the gap between two runs is no sample interval
+        dt = b[0] - a[0]
+        harvested += a[4] * dt
+        idle += a[6] * dt
+    total = harvested + idle
+    return harvested / total if total > 0 else None
+
+
+def write_results(store: CampaignStore, output: Path) -> list[Path]:
+    """Write the table and the pictures into ``output``; the paths written."""
+    frame = results_frame(store)
+    csv = output / "results.csv"
+    frame.to_csv(csv, index=False)
+    written = [csv]
+    parquet = output / "results.parquet"
+    frame.to_parquet(parquet, index=False)
+    written.append(parquet)
+    from parsl_malleable.campaign.plots import plot_gantt, plot_nodes
+
+    started = store.started_at or 0.0
+    written.append(plot_gantt(store.job_samples(), started, output / "gantt.png"))
+    written.append(
+        plot_nodes(store.site_samples(), started, harvest_fraction(store), output / "nodes.png")
+    )
+    return written
+
+
+__all__ = ["harvest_fraction", "results_frame", "write_results"]

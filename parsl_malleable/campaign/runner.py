@@ -1,0 +1,306 @@
+"""Run a campaign: a BackfillProvider, the controller, one malleable app per job, state on disk.
+
+The runner is the driver. It loads Parsl with the site's :class:`BackfillProvider`, makes the
+controller with the campaign's policy, submits every job not finished yet (each resumes from the
+last checkpoint in its folder, if any), and samples the controller and the site once a second
+into the campaign's SQLite state, the live display and, at the end, the results table and
+pictures. A watchdog process (:mod:`.watchdog`) cleans up after the driver if it is killed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from parsl_malleable.campaign.sample import SiteCounts, job_sample, site_counts
+from parsl_malleable.campaign.spec import Campaign, JobEntry, resolve_app
+from parsl_malleable.campaign.store import CampaignStore
+from parsl_malleable.campaign.watchdog import Lifeline
+from parsl_malleable.errors import ConfigError
+from parsl_malleable.harvest.profile import SiteProfile, load_profile, profile_from_mapping
+
+logger = logging.getLogger(__name__)
+
+RUN_ENV = "PM_CAMPAIGN_RUN"  # inherited by every process a run starts; tests find them by it
+CANCEL_ARGV = {"slurm": ["scancel"], "pbs": ["qdel"]}
+
+
+@dataclass
+class RunOutcome:
+    """How one driver run ended."""
+
+    output: Path
+    run: int
+    outcome: str  # "finished", "time limit", "interrupted", "nothing to do"
+    done: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    files: list[Path] = field(default_factory=list)
+
+
+def _merge(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in changes.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def site_profile(campaign: Campaign, *, source: str = "<campaign>") -> SiteProfile:
+    """The campaign's site profile with its ``site_overrides`` merged in, validated."""
+    try:
+        profile = load_profile(campaign.site)
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: site: {exc}") from None
+    if not campaign.site_overrides:
+        return profile
+    merged = _merge(profile.model_dump(), campaign.site_overrides)
+    try:
+        return profile_from_mapping(merged, source=f"{source}: site_overrides")
+    except ConfigError as exc:
+        raise ConfigError(
+            str(exc).replace("Extra inputs are not permitted", "unknown key")
+        ) from None
+
+
+def latest_checkpoint_step(folder: Path) -> int | None:
+    """The step of the newest checkpoint with a manifest in ``folder`` (None: none)."""
+    from parsl_malleable.elastic.checkpoint import CheckpointStore
+
+    if not folder.is_dir():
+        return None
+    steps = [info.step for info in CheckpointStore(folder).list() if info.sha256]
+    return max(steps) if steps else None
+
+
+class CampaignRunner:
+    """One driver run of ``campaign`` writing into ``output``.
+
+    ``on_sample`` is called after each sample with the runner (the live display uses it).
+    """
+
+    def __init__(
+        self,
+        campaign: Campaign,
+        output: Path,
+        *,
+        source: str = "<campaign>",
+        sample_s: float = 1.0,
+        on_sample: Callable[[CampaignRunner], None] | None = None,
+    ) -> None:
+        self.campaign = campaign
+        self.output = Path(output)
+        self.source = source
+        self.sample_s = sample_s
+        self.on_sample = on_sample
+        self.profile = site_profile(campaign, source=source)
+        self.entries: dict[str, tuple[JobEntry, dict[str, Any]]] = {
+            job.name: (job, params) for job, params in campaign.expanded()
+        }
+        self.store: CampaignStore | None = None
+        self.run = 0
+        self.started = time.time()
+        self.jobs: dict[str, Any] = {}  # name -> ElasticJob of this run
+        self.last_jobs: dict[str, dict[str, Any]] = {}
+        self.last_site: SiteCounts | None = None
+        self.harvested_s = 0.0
+        self.idle_s = 0.0
+        self._rescales_seen: dict[str, int] = {}
+        self._finished: set[str] = set()
+        self._stop = threading.Event()
+
+    def stop(self) -> None:
+        """Ask the loop to end after the current sample (jobs keep their state for a resume)."""
+        self._stop.set()
+
+    # ---------------------------------------------------------------------------- run
+
+    def execute(self) -> RunOutcome:
+        """Run until every job ended, the time limit, or :meth:`stop`."""
+        self.output.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.store = store = CampaignStore(self.output)
+        with ExitStack() as stack:
+            stack.callback(store.close)
+            handler = _log_to(self.output / "campaign.log")
+            stack.callback(logging.getLogger("parsl_malleable").removeHandler, handler)
+            self.run = store.begin_run(self.source)
+            changed = store.sync_jobs(
+                (name, job.model_dump(), params) for name, (job, params) in self.entries.items()
+            )
+            for name in changed:
+                logger.warning("job %s changed in the campaign file; it keeps its state", name)
+            todo = [r.name for r in store.jobs() if r.status in ("waiting", "running")]
+            todo = [n for n in todo if n in self.entries]
+            logger.info(
+                "run %d of %s: %d job(s) to run, %d already ended",
+                self.run,
+                self.source,
+                len(todo),
+                len(self.entries) - len(todo),
+            )
+            if not todo:
+                store.end_run(self.run, "nothing to do")
+                return RunOutcome(self.output, self.run, "nothing to do")
+            outcome = "interrupted"
+            try:
+                outcome = self._train(todo)
+            finally:
+                store.end_run(self.run, outcome)
+                logger.info("run %d ended: %s", self.run, outcome)
+            rows = store.jobs()
+            return RunOutcome(
+                self.output,
+                self.run,
+                outcome,
+                done=[r.name for r in rows if r.status == "done"],
+                failed=[r.name for r in rows if r.status == "failed"],
+            )
+
+    def _train(self, todo: list[str]) -> str:
+        import parsl
+        from parsl.config import Config
+
+        from parsl_malleable.controller import CoreSettings, PolicySettings, configure
+        from parsl_malleable.provider import BackfillProvider, harvest_executor
+
+        assert self.store is not None
+        os.environ[RUN_ENV] = f"{self.output.resolve()}#{self.run}"
+        lifeline = Lifeline(self.output / "lifeline.json")
+        lifeline.start()
+        provider = BackfillProvider(
+            self.profile, label="harvest", script_dir=str(self.output / "blocks")
+        )
+        htex = harvest_executor(provider)
+        config = Config(
+            executors=[htex],
+            run_dir=str(self.output / "runinfo"),
+            strategy_period=1,
+        )
+        policy = self.campaign.policy
+        settings = CoreSettings(
+            policy=PolicySettings(
+                objective=policy.objective,
+                solver=policy.solver,
+                time_limit_s=policy.time_limit_s,
+                explore_kappa=policy.explore_kappa,
+                profiler=policy.profiler,
+            )
+        )
+        try:
+            with parsl.load(config):
+                if htex.interchange_proc is not None:
+                    lifeline.watch_process(htex.interchange_proc.pid)
+                controller = configure(htex, settings=settings)
+                for name in todo:
+                    self._submit(name)
+                return self._loop(controller, provider, lifeline)
+        finally:
+            provider.close()
+            parsl.clear()
+            lifeline.release()
+
+    def _submit(self, name: str) -> None:
+        from parsl_malleable.app import malleable_app
+
+        assert self.store is not None
+        job, _ = self.entries[name]
+        folder = self.output / "checkpoints" / name
+        resumed = latest_checkpoint_step(folder)
+        app = malleable_app(
+            checkpoint_dir=str(folder),
+            min_nodes=job.min_nodes,
+            max_nodes=job.max_nodes,
+            backend=job.backend,
+            priority=job.priority,
+            checkpoint_every=job.checkpoint_every,
+        )(resolve_app(job.app))
+        self.jobs[name] = app.submit(name=name, **job.call_args())
+        self.store.mark_submitted(name, resumed)
+        if resumed is not None:
+            logger.info("job %s resumes from its checkpoint at step %d", name, resumed)
+
+    def _loop(self, controller: Any, provider: Any, lifeline: Lifeline) -> str:
+        assert self.store is not None
+        limit = self.campaign.time_limit_s
+        last = time.time()
+        cancel = CANCEL_ARGV.get(self.profile.scheduler)
+        while True:
+            self._stop.wait(self.sample_s)
+            now = time.time()
+            dt, last = now - last, now
+            self._sample(controller, provider, now, dt)
+            if cancel:
+                lifeline.set_jobs(cancel, [b.job_id for b in provider.blocks()])
+            self._collect_ended()
+            if self.on_sample is not None:
+                self.on_sample(self)
+            if all(job.ended for job in self.jobs.values()):
+                return "finished"
+            if self._stop.is_set():
+                return "interrupted"
+            if limit is not None and now - self.started > limit:
+                logger.warning("time limit of %.0f s reached; unfinished jobs can resume", limit)
+                return "time limit"
+
+    def _sample(self, controller: Any, provider: Any, now: float, dt: float) -> None:
+        assert self.store is not None
+        state = controller.state()
+        jobs = {}
+        for name, job in self.jobs.items():
+            if job.ended:
+                continue
+            sample = job_sample(state["jobs"].get(name, {}), job.coordinator.epochs())
+            seen = self._rescales_seen.get(name, 0)
+            sample["new_rescales"] = max(0, sample["rescales"] - seen)
+            self._rescales_seen[name] = max(seen, sample["rescales"])
+            jobs[name] = sample
+        training = sum(s["nodes"] for s in jobs.values())
+        site = site_counts(provider.last_snapshot, training)
+        if site is not None:
+            self.harvested_s += site.harvested * dt
+            self.idle_s += site.idle * dt
+        self.last_jobs, self.last_site = jobs, site
+        self.store.record(now, self.run, dt, jobs, site.as_dict() if site else None)
+
+    def _collect_ended(self) -> None:
+        assert self.store is not None
+        for name, job in list(self.jobs.items()):
+            if not job.ended or name in self._finished:
+                continue
+            self._finished.add(name)
+            try:
+                result = job.future.result(timeout=60)
+            except Exception as exc:  # the job's own failure, recorded for the table
+                self.store.finish(name, self.run, error=f"{type(exc).__name__}: {exc}")
+                logger.warning("job %s failed: %s", name, exc)
+            else:
+                self.store.finish(name, self.run, result=result)
+                logger.info("job %s done: %s", name, result)
+
+    @property
+    def harvest_fraction(self) -> float | None:
+        """Harvested / (harvested + idle) node-seconds seen in this run."""
+        total = self.harvested_s + self.idle_s
+        return self.harvested_s / total if total > 0 else None
+
+
+def _log_to(path: Path) -> logging.Handler:
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setLevel(logging.INFO)
+    root = logging.getLogger("parsl_malleable")
+    root.addHandler(handler)
+    if root.level == logging.NOTSET or root.level > logging.INFO:
+        root.setLevel(logging.INFO)
+    return handler
+
+
+__all__ = ["RUN_ENV", "CampaignRunner", "RunOutcome", "latest_checkpoint_step", "site_profile"]

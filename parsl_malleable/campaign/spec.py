@@ -1,0 +1,365 @@
+"""The campaign file: what to train, where, under which policy. Validated before anything starts.
+
+A campaign names a site profile, a list of training jobs and sweeps that expand into more jobs
+(HPO grid and random search, a NAS list of architectures), the allocation policy and the output
+folder. Every mistake is reported with its path in the file (``jobs[2].max_nodes``) and, where
+the value comes from a fixed set, the allowed values; apps are imported and their arguments
+checked against the training function's signature, so a typo fails in a second, not after the
+first block starts. See docs/campaigns.md.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import itertools
+import math
+import random
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from parsl_malleable.allocate.objectives import OBJECTIVES
+from parsl_malleable.allocate.solve import SOLVERS
+from parsl_malleable.errors import ConfigError
+
+NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+_NAME = re.compile(NAME)
+
+Objective = Literal["throughput", "weighted", "speedup", "maxmin"]
+Solver = Literal["cbc", "highs", "greedy"]
+assert set(Objective.__args__) == set(OBJECTIVES)  # type: ignore[attr-defined]
+assert set(Solver.__args__) == set(SOLVERS)  # type: ignore[attr-defined]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class JobTemplate(_Strict):
+    """What every job needs; sweeps and jobs both start from these fields."""
+
+    app: str = Field(description="training function, 'module:function' (train(ctx, **args))")
+    args: dict[str, Any] = Field(default_factory=dict, description="keyword arguments")
+    epochs: int | None = Field(None, ge=1, description="passed as the app's epochs=")
+    samples: int | None = Field(None, ge=1, description="passed as the app's samples=")
+    min_nodes: int = Field(1, ge=1)
+    max_nodes: int = Field(4, ge=1)
+    priority: float = Field(1.0, gt=0, description="weight in the 'weighted' objective")
+    checkpoint_every: int = Field(100, ge=0, description="commits between disk checkpoints")
+    backend: Literal["torch", "horovod"] = "torch"
+
+    @model_validator(mode="after")
+    def _nodes(self) -> JobTemplate:
+        if self.min_nodes > self.max_nodes:
+            raise ValueError(f"min_nodes ({self.min_nodes}) > max_nodes ({self.max_nodes})")
+        return self
+
+    def call_args(self, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The keyword arguments the training function gets."""
+        out = {**self.args, **(extra or {})}
+        if self.epochs is not None:
+            out["epochs"] = self.epochs
+        if self.samples is not None:
+            out["samples"] = self.samples
+        return out
+
+
+class JobEntry(JobTemplate):
+    """One training job."""
+
+    name: Annotated[str, Field(pattern=NAME)]
+
+
+class Uniform(_Strict):
+    """A number drawn uniformly from [low, high] (on a log scale with ``log``)."""
+
+    low: float
+    high: float
+    log: bool = False
+    integer: bool = False
+
+    @model_validator(mode="after")
+    def _range(self) -> Uniform:
+        if not self.low <= self.high:
+            raise ValueError(f"low ({self.low}) > high ({self.high})")
+        if self.log and self.low <= 0:
+            raise ValueError(f"log needs low > 0; got {self.low}")
+        return self
+
+    def draw(self, rng: random.Random) -> float | int:
+        """One value."""
+        if self.log:
+            value = math.exp(rng.uniform(math.log(self.low), math.log(self.high)))
+        else:
+            value = rng.uniform(self.low, self.high)
+        return round(value) if self.integer else float(f"{value:.6g}")
+
+
+class Choice(_Strict):
+    """One of ``choices``, equally likely."""
+
+    choices: list[Any] = Field(min_length=1)
+
+    def draw(self, rng: random.Random) -> Any:
+        """One value."""
+        return rng.choice(self.choices)
+
+
+class RandomSearch(_Strict):
+    """``trials`` draws of ``params``, reproducible from ``seed``."""
+
+    trials: int = Field(ge=1, le=10_000)
+    seed: int = 0
+    params: dict[str, Uniform | Choice] = Field(min_length=1)
+
+
+class Sweep(JobTemplate):
+    """Many jobs from one template: exactly one of ``grid``, ``random``, ``architectures``.
+
+    ``grid``: every combination of the listed values; ``random``: random search;
+    ``architectures``: a NAS list, each entry a mapping of arguments. Jobs are named
+    ``<name>-<i>`` in expansion order.
+    """
+
+    name: Annotated[str, Field(pattern=NAME)]
+    grid: dict[str, list[Any]] | None = None
+    random: RandomSearch | None = None
+    architectures: list[dict[str, Any]] | None = None
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> Sweep:
+        given = [k for k in ("grid", "random", "architectures") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(
+                "a sweep needs exactly one of grid, random, architectures; "
+                f"got {', '.join(given) or 'none'}"
+            )
+        if self.grid is not None and (not self.grid or any(not v for v in self.grid.values())):
+            raise ValueError("grid needs at least one parameter, each with at least one value")
+        if self.architectures is not None and not self.architectures:
+            raise ValueError("architectures needs at least one entry")
+        return self
+
+    def points(self) -> list[dict[str, Any]]:
+        """The argument sets of the sweep, in order."""
+        if self.grid is not None:
+            keys = list(self.grid)
+            return [
+                dict(zip(keys, vals, strict=True))
+                for vals in itertools.product(*(self.grid[k] for k in keys))
+            ]
+        if self.random is not None:
+            rng = random.Random(self.random.seed)  # noqa: S311 (reproducible search, not secrets)
+            return [
+                {k: p.draw(rng) for k, p in self.random.params.items()}
+                for _ in range(self.random.trials)
+            ]
+        assert self.architectures is not None
+        return [dict(a) for a in self.architectures]
+
+    def expand(self) -> list[tuple[JobEntry, dict[str, Any]]]:
+        """``(job, swept parameters)`` for each point."""
+        points = self.points()
+        width = len(str(len(points) - 1))
+        base = self.model_dump(exclude={"name", "grid", "random", "architectures", "args"})
+        return [
+            (JobEntry(name=f"{self.name}-{i:0{width}d}", args={**self.args, **p}, **base), p)
+            for i, p in enumerate(points)
+        ]
+
+
+class PolicySpec(_Strict):
+    """How the controller decides (see docs/controller.md)."""
+
+    objective: Objective = "weighted"
+    solver: Solver = "highs"
+    profiler: bool = Field(True, description="learn each job's curve from its throughput")
+    time_limit_s: float = Field(0.5, gt=0, description="solver budget per decision")
+    explore_kappa: float = Field(1.0, ge=0)
+
+
+class Campaign(_Strict):
+    """A whole campaign file."""
+
+    site: str = Field("emulated", description="site profile name or YAML path")
+    site_overrides: dict[str, Any] = Field(
+        default_factory=dict, description="settings of the site profile to change"
+    )
+    output: str | None = Field(None, description="output folder (default: out/<file stem>)")
+    policy: PolicySpec = Field(default_factory=PolicySpec)
+    jobs: list[JobEntry] = Field(default_factory=list)
+    sweeps: list[Sweep] = Field(default_factory=list)
+    time_limit_s: float | None = Field(None, gt=0, description="stop the run after this long")
+    python_path: list[str] = Field(
+        default_factory=list, description="folders (relative to this file) holding the apps"
+    )
+
+    @model_validator(mode="after")
+    def _some_jobs(self) -> Campaign:
+        if not self.jobs and not self.sweeps:
+            raise ValueError("a campaign needs at least one entry in jobs or sweeps")
+        return self
+
+    def expanded(self) -> list[tuple[JobEntry, dict[str, Any]]]:
+        """Every job, sweeps expanded, with the swept parameters (empty for plain jobs)."""
+        out: list[tuple[JobEntry, dict[str, Any]]] = [(j, {}) for j in self.jobs]
+        for sweep in self.sweeps:
+            out.extend(sweep.expand())
+        return out
+
+
+# ------------------------------------------------------------------------------- loading
+
+
+def resolve_app(ref: str) -> Callable[..., Any]:
+    """The function ``module:function`` names; :class:`ConfigError` saying what is missing."""
+    module_name, sep, attr = ref.partition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(f"app must look like 'module:function'; got {ref!r}")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ValueError(f"cannot import {module_name!r}: {exc}") from None
+    fn: Any = module
+    for part in attr.split("."):
+        fn = getattr(fn, part, None)
+        if fn is None:
+            raise ValueError(f"module {module_name!r} has no {attr!r}")
+    if not callable(fn):
+        raise ValueError(f"{ref!r} is not callable")
+    return fn  # type: ignore[no-any-return]
+
+
+def check_app_args(fn: Callable[..., Any], args: dict[str, Any]) -> None:
+    """Raise ValueError if ``fn(ctx, **args)`` would not bind."""
+    try:
+        inspect.signature(fn).bind(None, **args)
+    except TypeError as exc:
+        raise ValueError(f"{getattr(fn, '__name__', fn)}(ctx, ...): {exc}") from None
+
+
+def _where(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(campaign)"
+
+
+def _allowed_keys(model: type[BaseModel], loc: tuple[Any, ...]) -> str:
+    """The keys allowed where an unknown key ``loc`` was found."""
+    current: Any = model
+    for part in loc[:-1]:
+        if isinstance(part, int) or current is None:
+            continue
+        field = getattr(current, "model_fields", {}).get(part)
+        if field is None:
+            current = None
+            continue
+        ann = field.annotation
+        args = getattr(ann, "__args__", ())
+        candidates = [a for a in (ann, *args) if isinstance(a, type) and issubclass(a, BaseModel)]
+        current = candidates[0] if candidates else None
+    if current is None or not hasattr(current, "model_fields"):
+        return ""
+    return ", ".join(current.model_fields)
+
+
+def parse_campaign(data: Any, *, source: str = "<campaign>") -> Campaign:
+    """Validate a parsed YAML mapping; every problem in one :class:`ConfigError`."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: a campaign must be a mapping, got {type(data).__name__}")
+    try:
+        campaign = Campaign(**data)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            where = _where(tuple(err["loc"]))
+            if err["type"] == "extra_forbidden":
+                allowed = _allowed_keys(Campaign, tuple(err["loc"]))
+                problems.append(f"{where}: unknown key (allowed: {allowed})")
+            else:
+                msg = err["msg"].removeprefix("Value error, ")
+                problems.append(f"{where}: {msg}")
+        raise ConfigError(f"{source}: " + "; ".join(problems)) from None
+    _check_names(campaign, source)
+    return campaign
+
+
+def _check_names(campaign: Campaign, source: str) -> None:
+    seen: dict[str, str] = {}
+    for i, (job, _) in enumerate(campaign.expanded()):
+        if job.name in seen:
+            raise ConfigError(f"{source}: job name {job.name!r} is used twice ({seen[job.name]})")
+        seen[job.name] = f"job {i}"
+        assert _NAME.match(job.name)
+
+
+def check_apps(campaign: Campaign, *, source: str = "<campaign>") -> None:
+    """Import every app and bind its arguments; :class:`ConfigError` naming the entry."""
+    problems = []
+    for kind, entries in (("jobs", campaign.jobs), ("sweeps", campaign.sweeps)):
+        for i, entry in enumerate(entries):
+            try:
+                fn = resolve_app(entry.app)
+            except ValueError as exc:
+                problems.append(f"{kind}[{i}].app: {exc}")
+                continue
+            runs = entry.expand() if isinstance(entry, Sweep) else [(entry, {})]
+            for job, _ in runs:
+                try:
+                    check_app_args(fn, job.call_args())
+                except ValueError as exc:
+                    problems.append(f"{kind}[{i}].args ({job.name}): {exc}")
+                    break
+    if problems:
+        raise ConfigError(f"{source}: " + "; ".join(problems))
+
+
+def load_campaign(path: str | Path) -> Campaign:
+    """Read, validate and check the apps of a campaign file."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"campaign {path}: no such file")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        raise ConfigError(f"{where}: not valid YAML: {getattr(exc, 'problem', exc)}") from None
+    campaign = parse_campaign(data if data is not None else {}, source=str(path))
+    add_python_path(campaign, path.parent)
+    check_apps(campaign, source=str(path))
+    return campaign
+
+
+def add_python_path(campaign: Campaign, base: Path) -> list[str]:
+    """Put the campaign's ``python_path`` folders (relative to ``base``) first on ``sys.path`` and
+    ``PYTHONPATH``, so the driver and the workers it starts import the same apps."""
+    import os
+    import sys
+
+    folders = [str((base / p).resolve()) for p in campaign.python_path]
+    for folder in reversed(folders):
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
+    current = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys([*folders, *current]))
+    return folders
+
+
+__all__ = [
+    "Campaign",
+    "JobEntry",
+    "PolicySpec",
+    "RandomSearch",
+    "Sweep",
+    "check_apps",
+    "load_campaign",
+    "parse_campaign",
+    "resolve_app",
+]

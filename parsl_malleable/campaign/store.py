@@ -1,0 +1,275 @@
+"""A campaign's state in SQLite, in its output folder, so that a killed driver can resume.
+
+One writer (the runner's loop) commits after every change, so a ``kill -9`` at any moment loses
+at most the last second of samples, never a finished job. Tables:
+
+* ``meta``: when the campaign first started, how many runs (driver starts) it took;
+* ``jobs``: one row per job: its spec, status (``waiting``, ``running``, ``done``, ``failed``),
+  the run that finished it, result (JSON), node-seconds and rescales so far;
+* ``job_samples``: per sample and job: nodes held, ranks, samples/s, the node names;
+* ``site_samples``: per sample: nodes native, harvested (in our blocks), training, idle.
+
+``status DIR`` reads it while a run writes (WAL mode).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS jobs (
+    name TEXT PRIMARY KEY,
+    spec TEXT NOT NULL,
+    params TEXT NOT NULL,
+    status TEXT NOT NULL,
+    submissions INTEGER NOT NULL DEFAULT 0,
+    finished_in_run INTEGER,
+    resumed_from_step INTEGER,
+    first_start REAL,
+    finished_at REAL,
+    node_seconds REAL NOT NULL DEFAULT 0,
+    rescales INTEGER NOT NULL DEFAULT 0,
+    result TEXT,
+    error TEXT
+);
+CREATE TABLE IF NOT EXISTS job_samples (
+    t REAL NOT NULL, run INTEGER NOT NULL, job TEXT NOT NULL, nodes INTEGER NOT NULL,
+    world INTEGER NOT NULL, rate REAL, node_names TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS site_samples (
+    t REAL NOT NULL, run INTEGER NOT NULL, total INTEGER NOT NULL, native INTEGER NOT NULL,
+    harvested INTEGER NOT NULL, training INTEGER NOT NULL, idle INTEGER NOT NULL
+);
+"""
+
+STATUSES = ("waiting", "running", "done", "failed")
+
+
+@dataclass(frozen=True)
+class JobRow:
+    """One job as stored."""
+
+    name: str
+    spec: dict[str, Any]
+    params: dict[str, Any]
+    status: str
+    submissions: int
+    finished_in_run: int | None
+    resumed_from_step: int | None
+    first_start: float | None
+    finished_at: float | None
+    node_seconds: float
+    rescales: int
+    result: dict[str, Any] | None
+    error: str | None
+
+
+class CampaignStore:
+    """The SQLite file of one campaign (``state.sqlite`` in the output folder)."""
+
+    FILE = "state.sqlite"
+
+    def __init__(self, folder: Path, *, read_only: bool = False) -> None:
+        self.path = Path(folder) / self.FILE
+        if read_only:
+            if not self.path.is_file():
+                raise FileNotFoundError(f"{self.path}: no campaign state here")
+            uri = f"file:{self.path}?mode=ro"
+            self.db = sqlite3.connect(uri, uri=True, timeout=10, check_same_thread=False)
+        else:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fresh = not self.path.exists()
+            self.db = sqlite3.connect(self.path, timeout=10, check_same_thread=False)
+            if fresh:
+                self.path.chmod(0o600)
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.executescript(SCHEMA)
+            self.db.commit()
+
+    def close(self) -> None:
+        """Close the database."""
+        self.db.close()
+
+    # ----------------------------------------------------------------------- runs
+
+    def meta(self, key: str) -> str | None:
+        """A value of the meta table."""
+        row = self.db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return row[0] if row else None
+
+    def _set_meta(self, key: str, value: str) -> None:
+        self.db.execute(
+            "INSERT INTO meta(key, value) VALUES(?, ?) "
+            "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+            (key, value),
+        )
+
+    def begin_run(self, campaign_file: str, now: float | None = None) -> int:
+        """Record a driver start; its run number (1 for the first)."""
+        now = time.time() if now is None else now
+        run = int(self.meta("runs") or 0) + 1
+        if self.meta("started_at") is None:
+            self._set_meta("started_at", repr(now))
+        self._set_meta("runs", str(run))
+        self._set_meta("campaign_file", campaign_file)
+        self._set_meta(f"run{run}_started_at", repr(now))
+        self.db.commit()
+        return run
+
+    def end_run(self, run: int, outcome: str, now: float | None = None) -> None:
+        """Record how run ``run`` ended (``finished``, ``interrupted``, ``time limit``...)."""
+        self._set_meta(f"run{run}_ended_at", repr(time.time() if now is None else now))
+        self._set_meta(f"run{run}_outcome", outcome)
+        self.db.commit()
+
+    @property
+    def started_at(self) -> float | None:
+        """When the first run started."""
+        value = self.meta("started_at")
+        return float(value) if value is not None else None
+
+    # ----------------------------------------------------------------------- jobs
+
+    def sync_jobs(self, jobs: Iterable[tuple[str, dict[str, Any], dict[str, Any]]]) -> list[str]:
+        """Insert jobs not stored yet (``(name, spec, params)``); return the names of stored
+        jobs whose spec changed since (they keep their state: a finished job is not rerun)."""
+        changed = []
+        for name, spec, params in jobs:
+            row = self.db.execute("SELECT spec FROM jobs WHERE name = ?", (name,)).fetchone()
+            text = json.dumps(spec, sort_keys=True)
+            if row is None:
+                self.db.execute(
+                    "INSERT INTO jobs(name, spec, params, status) VALUES(?, ?, ?, 'waiting')",
+                    (name, text, json.dumps(params, sort_keys=True)),
+                )
+            elif row[0] != text:
+                changed.append(name)
+        self.db.commit()
+        return changed
+
+    def jobs(self) -> list[JobRow]:
+        """Every job, in insertion order."""
+        rows = self.db.execute(
+            "SELECT name, spec, params, status, submissions, finished_in_run, resumed_from_step,"
+            " first_start, finished_at, node_seconds, rescales, result, error"
+            " FROM jobs ORDER BY rowid"
+        ).fetchall()
+        return [
+            JobRow(
+                name=r[0],
+                spec=json.loads(r[1]),
+                params=json.loads(r[2]),
+                status=r[3],
+                submissions=r[4],
+                finished_in_run=r[5],
+                resumed_from_step=r[6],
+                first_start=r[7],
+                finished_at=r[8],
+                node_seconds=r[9],
+                rescales=r[10],
+                result=json.loads(r[11]) if r[11] else None,
+                error=r[12],
+            )
+            for r in rows
+        ]
+
+    def mark_submitted(self, name: str, resumed_from_step: int | None) -> None:
+        """The job was handed to the controller in this run."""
+        self.db.execute(
+            "UPDATE jobs SET status = 'running', submissions = submissions + 1,"
+            " resumed_from_step = COALESCE(?, resumed_from_step) WHERE name = ?",
+            (resumed_from_step, name),
+        )
+        self.db.commit()
+
+    def finish(self, name: str, run: int, *, result: Any = None, error: str | None = None) -> None:
+        """The job ended: ``done`` with its result, or ``failed`` with the error."""
+        self.db.execute(
+            "UPDATE jobs SET status = ?, finished_in_run = ?, finished_at = ?, result = ?,"
+            " error = ? WHERE name = ?",
+            (
+                "failed" if error is not None else "done",
+                run,
+                time.time(),
+                json.dumps(result, default=str) if error is None else None,
+                error,
+                name,
+            ),
+        )
+        self.db.commit()
+
+    # -------------------------------------------------------------------- samples
+
+    def record(
+        self,
+        t: float,
+        run: int,
+        dt: float,
+        jobs: dict[str, dict[str, Any]],
+        site: dict[str, int] | None,
+    ) -> None:
+        """One sample: per job ``nodes``, ``world``, ``rate``, ``node_names``, ``rescales``
+        (the total so far in this run); ``dt`` seconds since the last sample (node-seconds)."""
+        for name, info in jobs.items():
+            self.db.execute(
+                "INSERT INTO job_samples(t, run, job, nodes, world, rate, node_names)"
+                " VALUES(?, ?, ?, ?, ?, ?, ?)",
+                (
+                    t,
+                    run,
+                    name,
+                    info["nodes"],
+                    info["world"],
+                    info.get("rate"),
+                    ",".join(info.get("node_names", ())),
+                ),
+            )
+            self.db.execute(
+                "UPDATE jobs SET node_seconds = node_seconds + ?,"
+                " first_start = COALESCE(first_start, CASE WHEN ? > 0 THEN ? END),"
+                " rescales = rescales + ? WHERE name = ?",
+                (
+                    info["nodes"] * dt,
+                    info["world"],
+                    t,
+                    info.get("new_rescales", 0),
+                    name,
+                ),
+            )
+        if site is not None:
+            self.db.execute(
+                "INSERT INTO site_samples(t, run, total, native, harvested, training, idle)"
+                " VALUES(?, ?, ?, ?, ?, ?, ?)",
+                (
+                    t,
+                    run,
+                    site["total"],
+                    site["native"],
+                    site["harvested"],
+                    site["training"],
+                    site["idle"],
+                ),
+            )
+        self.db.commit()
+
+    def job_samples(self) -> list[tuple[float, int, str, int, int, float | None, str]]:
+        """``(t, run, job, nodes, world, rate, node names)`` in time order."""
+        return self.db.execute(
+            "SELECT t, run, job, nodes, world, rate, node_names FROM job_samples ORDER BY t"
+        ).fetchall()
+
+    def site_samples(self) -> list[tuple[float, int, int, int, int, int, int]]:
+        """``(t, run, total, native, harvested, training, idle)`` in time order."""
+        return self.db.execute(
+            "SELECT t, run, total, native, harvested, training, idle FROM site_samples ORDER BY t"
+        ).fetchall()
+
+
+__all__ = ["STATUSES", "CampaignStore", "JobRow"]
