@@ -1,0 +1,157 @@
+"""Campaign files: every kind of mistake is caught before anything starts, with its path."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from parsl_malleable.campaign.runner import site_profile
+from parsl_malleable.campaign.spec import load_campaign, parse_campaign
+from parsl_malleable.cli import main
+from parsl_malleable.errors import ConfigError
+
+REPO = Path(__file__).resolve().parents[2]
+APP = "apps.digits:train_elastic"
+
+
+def write(tmp_path: Path, data: dict) -> Path:
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump({"python_path": [str(REPO)], **data}))
+    return path
+
+
+def job(**changes: object) -> dict:
+    return {"name": "a", "app": APP, "epochs": 2, **changes}
+
+
+def error_of(tmp_path: Path, data: dict) -> str:
+    with pytest.raises(ConfigError) as caught:
+        load_campaign(write(tmp_path, data))
+    return str(caught.value)
+
+
+def test_the_demo_campaign_is_valid() -> None:
+    campaign = load_campaign(REPO / "configs" / "demo.yaml")
+    names = [j.name for j, _ in campaign.expanded()]
+    assert len(names) >= 4 and len(set(names)) == len(names)
+    assert site_profile(campaign).scheduler == "emulated"
+
+
+def test_unknown_key_names_its_path_and_the_allowed_keys(tmp_path: Path) -> None:
+    msg = error_of(tmp_path, {"jobs": [job(max_node=2)]})
+    assert "jobs[0].max_node: unknown key" in msg
+    assert "max_nodes" in msg and "min_nodes" in msg  # the allowed keys are listed
+    msg = error_of(tmp_path, {"jobs": [job()], "polcy": {}})
+    assert "polcy: unknown key" in msg and "policy" in msg
+
+
+def test_wrong_type_and_disallowed_values(tmp_path: Path) -> None:
+    msg = error_of(tmp_path, {"jobs": [job(max_nodes="many")]})
+    assert "jobs[0].max_nodes" in msg and "integer" in msg
+    msg = error_of(tmp_path, {"jobs": [job()], "policy": {"solver": "gurobi"}})
+    assert "policy.solver" in msg and "'highs'" in msg and "'cbc'" in msg
+    msg = error_of(tmp_path, {"jobs": [job(backend="mpi")]})
+    assert "jobs[0].backend" in msg and "'torch'" in msg
+
+
+def test_min_nodes_above_max_nodes(tmp_path: Path) -> None:
+    msg = error_of(tmp_path, {"jobs": [job(min_nodes=3, max_nodes=2)]})
+    assert "jobs[0]: min_nodes (3) > max_nodes (2)" in msg
+
+
+def test_unknown_app_module_function_and_argument(tmp_path: Path) -> None:
+    msg = error_of(tmp_path, {"jobs": [job(app="apps.nothere:train")]})
+    assert "jobs[0].app: cannot import 'apps.nothere'" in msg
+    msg = error_of(tmp_path, {"jobs": [job(app="apps.digits:trian")]})
+    assert "jobs[0].app: module 'apps.digits' has no 'trian'" in msg
+    msg = error_of(tmp_path, {"jobs": [job(app="apps.digits")]})
+    assert "module:function" in msg
+    msg = error_of(tmp_path, {"jobs": [job(args={"lrate": 0.1})]})
+    assert "jobs[0].args (a)" in msg and "lrate" in msg
+
+
+def test_sweeps_need_exactly_one_kind_and_unique_names(tmp_path: Path) -> None:
+    sweep = {"name": "s", "app": APP, "grid": {"lr": [0.1]}, "architectures": [{}]}
+    msg = error_of(tmp_path, {"sweeps": [sweep]})
+    assert "sweeps[0]" in msg and "exactly one of grid, random, architectures" in msg
+    msg = error_of(
+        tmp_path,
+        {"jobs": [job(name="s-0")], "sweeps": [{"name": "s", "app": APP, "grid": {"lr": [0.1]}}]},
+    )
+    assert "'s-0' is used twice" in msg
+    assert "at least one entry" in error_of(tmp_path, {})
+
+
+def test_site_and_its_overrides_are_checked(tmp_path: Path) -> None:
+    campaign = parse_campaign({"site": "no-such-site", "jobs": [job()]})
+    with pytest.raises(ConfigError, match=r"site: .*no-such-site"):
+        site_profile(campaign)
+    campaign = parse_campaign(
+        {"site": "local-slurm", "jobs": [job()], "site_overrides": {"poll_interval": 3}}
+    )
+    with pytest.raises(ConfigError, match="poll_interval: unknown key"):
+        site_profile(campaign)
+    campaign = parse_campaign(
+        {
+            "site": "local-slurm",
+            "jobs": [job()],
+            "site_overrides": {"poll_interval_s": 3, "yield_grace_s": 1},
+        }
+    )
+    assert site_profile(campaign).poll_interval_s == 3
+
+
+def test_grid_random_and_nas_sweeps_expand() -> None:
+    campaign = parse_campaign(
+        {
+            "sweeps": [
+                {
+                    "name": "g",
+                    "app": APP,
+                    "args": {"seed": 1},
+                    "grid": {"lr": [0.1, 0.2], "batch_size": [16, 32, 64]},
+                },
+                {
+                    "name": "r",
+                    "app": APP,
+                    "random": {
+                        "trials": 5,
+                        "seed": 3,
+                        "params": {
+                            "lr": {"low": 1e-3, "high": 1e-1, "log": True},
+                            "hidden": {"choices": [[64], [128]]},
+                        },
+                    },
+                },
+                {
+                    "name": "nas",
+                    "app": APP,
+                    "architectures": [{"hidden": [64]}, {"hidden": [64, 64]}],
+                },
+            ]
+        }
+    )
+    jobs = campaign.expanded()
+    grid = [(j, p) for j, p in jobs if j.name.startswith("g-")]
+    assert len(grid) == 6
+    assert {(p["lr"], p["batch_size"]) for _, p in grid} == {
+        (lr, b) for lr in (0.1, 0.2) for b in (16, 32, 64)
+    }
+    assert all(j.args["seed"] == 1 for j, _ in grid)
+    rand = [p for j, p in jobs if j.name.startswith("r-")]
+    assert len(rand) == 5 and all(1e-3 <= p["lr"] <= 1e-1 for p in rand)
+    assert len({p["lr"] for p in rand}) == 5
+    again = parse_campaign(campaign.model_dump()).expanded()
+    assert [p for j, p in again if j.name.startswith("r-")] == rand  # same seed, same draws
+    assert [j.args["hidden"] for j, _ in jobs if j.name.startswith("nas-")] == [[64], [64, 64]]
+
+
+def test_the_command_refuses_a_bad_campaign_before_starting(tmp_path: Path) -> None:
+    path = write(tmp_path, {"jobs": [job(min_nodes=2, max_nodes=1)], "output": str(tmp_path / "o")})
+    result = CliRunner().invoke(main, ["run", str(path)])
+    assert result.exit_code == 1
+    assert "min_nodes (2) > max_nodes (1)" in result.output
+    assert not (tmp_path / "o").exists()
