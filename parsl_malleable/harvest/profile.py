@@ -17,6 +17,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from parsl_malleable.errors import ConfigError
+from parsl_malleable.schedulers.emulated_settings import EmulatedSettings
 
 REPO_PROFILES = Path(__file__).resolve().parents[2] / "providers"
 PROFILE_PATH_ENV = "PM_PROVIDER_PROFILES"
@@ -28,7 +29,7 @@ class SiteProfile(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str = "site"
-    scheduler: Literal["slurm", "pbs"] = "slurm"
+    scheduler: Literal["slurm", "pbs", "emulated"] = "slurm"
     partition: str | None = Field(None, description="Slurm partition for blocks (backfill tier)")
     qos: str | None = Field(None, description="Slurm QOS for blocks (e.g. a preemptable one)")
     queue: str | None = Field(None, description="PBS queue for blocks")
@@ -73,6 +74,9 @@ class SiteProfile(BaseModel):
     ranks_per_node: int | None = Field(
         None, ge=1, description="ranks per node (default: gpus_per_node, else 1)"
     )
+    emulated: EmulatedSettings | None = Field(
+        None, description="the emulated site (scheduler: emulated only; docs/schedulers.md)"
+    )
 
     @property
     def node_ranks(self) -> int:
@@ -95,6 +99,16 @@ class SiteProfile(BaseModel):
             raise ValueError(
                 f"min_block_s ({self.min_block_s:g}) > max_walltime_s ({self.max_walltime_s:g})"
             )
+        if self.scheduler == "emulated":
+            if self.emulated is None:
+                raise ValueError("emulated: required with scheduler: emulated (at least {})")
+            if self.launcher != "none":
+                raise ValueError(
+                    "launcher: must be none with scheduler: emulated (the emulated site runs "
+                    "the block script once per virtual node itself)"
+                )
+        elif self.emulated is not None:
+            raise ValueError(f"emulated: only for scheduler: emulated, not {self.scheduler}")
         return self
 
     def with_overrides(self, **changes: Any) -> SiteProfile:

@@ -1,4 +1,5 @@
-"""The few scheduler operations the provider needs, over the Slurm and PBS adapters.
+"""The few scheduler operations the provider needs, over the Slurm and PBS adapters
+(and the emulated site, :class:`~parsl_malleable.schedulers.emulated.EmulatedSite`).
 
 :class:`BlockScheduler` is what :class:`~parsl_malleable.provider.BackfillProvider` talks to.
 :class:`SlurmBlocks` and :class:`PBSBlocks` put the site profile's destination (partition, QOS,
@@ -16,9 +17,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
-from parsl_malleable.errors import SchedulerCommandError
+from parsl_malleable.errors import ConfigError, SchedulerCommandError
 from parsl_malleable.harvest.profile import SiteProfile
 from parsl_malleable.schedulers.commands import run_command
+from parsl_malleable.schedulers.emulated import EmulatedSite
 from parsl_malleable.schedulers.pbs import PBSScheduler
 from parsl_malleable.schedulers.records import JobStatus, OutputParseError
 from parsl_malleable.schedulers.slurm import SlurmScheduler
@@ -212,7 +214,30 @@ def make_scheduler(profile: SiteProfile, env: Mapping[str, str] | None = None) -
     command's environment (``SLURM_CONF``, a ``PATH`` with wrappers...)."""
     if profile.scheduler == "pbs":
         return PBSBlocks(profile, env=env)
+    if profile.scheduler == "emulated":
+        return make_emulated_site(profile, env)
     return SlurmBlocks(profile, env=env)
 
 
-__all__ = ["OURS_PREFIX", "BlockScheduler", "PBSBlocks", "SlurmBlocks", "make_scheduler"]
+def make_emulated_site(profile: SiteProfile, env: Mapping[str, str] | None = None) -> EmulatedSite:
+    """The emulated site of ``profile.emulated`` (simulates its native load first), with the
+    profile's signal margin and node pinning; ``env`` is added to every block's environment."""
+    if profile.emulated is None:
+        raise ConfigError(f"{profile.name}: emulated: required with scheduler: emulated")
+    return EmulatedSite(
+        profile.emulated,
+        signal_margin_s=profile.signal_margin_s,
+        pin_nodes=profile.pin_nodes,
+        env=env,
+        ours_prefix=OURS_PREFIX,
+    )
+
+
+__all__ = [
+    "OURS_PREFIX",
+    "BlockScheduler",
+    "PBSBlocks",
+    "SlurmBlocks",
+    "make_emulated_site",
+    "make_scheduler",
+]
