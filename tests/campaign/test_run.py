@@ -1,0 +1,151 @@
+"""The README's main job end to end: the demo campaign (smaller) trains on the emulated site,
+writes its table and pictures, survives a SIGKILL of its driver, and runs on real Slurm."""
+
+from __future__ import annotations
+
+import itertools
+import signal
+import struct
+import subprocess
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from apps.digits import load_data
+from tests.campaign import runs
+from tests.schedulers.conftest import SlurmCluster
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """One full run of the small demo: (campaign file, output folder)."""
+    tmp = tmp_path_factory.mktemp("demo")
+    campaign = runs.small_demo(tmp)
+    output = tmp / "out"
+    done = runs.run(campaign, output)
+    assert done.returncode == 0, done.stderr[-4000:]
+    return campaign, output
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    head = path.read_bytes()[:24]
+    assert head[:8] == b"\x89PNG\r\n\x1a\n", path
+    return struct.unpack(">II", head[16:24])
+
+
+def test_demo_trains_every_job_and_writes_table_and_pictures(
+    uninterrupted: tuple[Path, Path],
+) -> None:
+    _, output = uninterrupted
+    table = runs.results(output)
+    assert len(table) == 3
+    assert (table["status"] == "done").all(), table
+    assert (table["result.test_accuracy"] >= 0.95).all(), table["result.test_accuracy"]
+    train_size = len(load_data()[0])
+    # Every sample of every epoch was trained exactly once, whatever the resizes.
+    assert (table["result.samples_seen"] == runs.EPOCHS * train_size).all()
+    assert (table["node_hours"] > 0).all() and (table["time_to_result_s"] > 0).all()
+    parquet = pd.read_parquet(output / "results.parquet").set_index("job")
+    assert parquet["result.test_accuracy"].tolist() == table["result.test_accuracy"].tolist()
+    for name in ("gantt.png", "nodes.png"):
+        width, height = png_size(output / name)
+        assert width > 500 and height > 150
+    # Blocks appeared and vanished while native jobs held part of the site.
+    site = runs.query(output, "SELECT harvested, native FROM site_samples")
+    harvested = [h for h, _ in site]
+    assert max(harvested) >= 2 and any(n > 0 for _, n in site)
+    vanished = sum(1 for a, b in itertools.pairwise(harvested) if b < a)
+    assert vanished >= 1, harvested
+    status = subprocess.run(
+        [*runs.command(Path("x"), output)[:3], "status", str(output)],
+        env=runs.env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert status.returncode == 0 and "3 done" in status.stdout, status.stdout
+
+
+def test_a_killed_driver_leaves_nothing_running_and_the_rerun_finishes_every_job_once(
+    uninterrupted: tuple[Path, Path], tmp_path: Path
+) -> None:
+    campaign, reference = uninterrupted
+    output = tmp_path / "out"
+    first = subprocess.Popen(
+        runs.command(campaign, output),
+        env=runs.env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+
+        def one_done_one_checkpointed() -> bool:
+            rows = runs.query(output, "SELECT name, status FROM jobs")
+            done = [n for n, s in rows if s == "done"]
+            unfinished = [n for n, s in rows if s != "done"]
+            return bool(done) and any(
+                list((output / "checkpoints" / n).glob("*.pt")) for n in unfinished
+            )
+
+        assert runs.wait_for(one_done_one_checkpointed, 300), runs.query(
+            output, "SELECT name, status FROM jobs"
+        )
+        assert runs.processes_of(output, 1), "the run's processes carry its tag"
+        first.send_signal(signal.SIGKILL)
+        first.wait(30)
+        done_before = {
+            n for (n,) in runs.query(output, "SELECT name FROM jobs WHERE status='done'")
+        }
+        # The watchdog kills the interchange, the emulated site's nodes die with their driver.
+        assert runs.wait_for(lambda: not runs.processes_of(output, 1), 60), runs.processes_of(
+            output, 1
+        )
+    finally:
+        runs.kill(runs.processes_of(output, 1))
+        if first.poll() is None:
+            first.kill()
+
+    second = runs.run(campaign, output)
+    assert second.returncode == 0, second.stderr[-4000:]
+    table = runs.results(output)
+    expected = runs.results(reference)
+    assert set(table.index) == set(expected.index)
+    assert (table["status"] == "done").all()
+    for name in done_before:  # finished before the kill: never run again
+        assert table.loc[name, "driver_runs"] == 1 and table.loc[name, "finished_in_run"] == 1
+    resumed = table[table["finished_in_run"] == 2]
+    assert len(resumed) >= 1
+    assert (resumed["resumed_from_step"] > 0).all(), resumed  # from its checkpoint, not step 0
+    # Same samples, and the accuracy of the run without the kill (resizes change batches).
+    assert (table["result.samples_seen"] == expected["result.samples_seen"]).all()
+    gap = (table["result.test_accuracy"] - expected["result.test_accuracy"]).abs()
+    assert (gap <= 0.02).all(), pd.concat(
+        [table["result.test_accuracy"], expected["result.test_accuracy"]], axis=1
+    )
+    assert (table["result.test_accuracy"] >= 0.95).all()
+
+
+@pytest.mark.slurm
+def test_the_same_campaign_runs_on_the_local_slurm_cluster(
+    slurm_cluster: SlurmCluster, tmp_path: Path
+) -> None:
+    campaign = runs.small_demo(tmp_path, site="local-slurm")
+    output = tmp_path / "out"
+    env = {**runs.env(), **slurm_cluster.env}
+    done = subprocess.run(
+        runs.command(campaign, output), env=env, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    table = runs.results(output)
+    assert (table["status"] == "done").all() and (table["result.test_accuracy"] >= 0.95).all()
+
+    def blocks_left() -> int:
+        out = subprocess.run(
+            ["squeue", "-h", "-o", "%j"], env=env, capture_output=True, text=True, timeout=30
+        )
+        return out.stdout.count("pm-block")
+
+    assert runs.wait_for(lambda: blocks_left() == 0, 60), "blocks outlived the campaign"
