@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import threading
 import time
 import warnings
 from dataclasses import dataclass
@@ -24,10 +26,41 @@ class SolveOutcome:
     message: str = ""
 
 
+_banner_lock = threading.Lock()
+_banner_shown = False
+
+
+def _swallow_highs_banner() -> None:
+    """Make the process's first ``highspy.Highs()`` with stdout pointed at /dev/null.
+
+    HiGHS prints its banner once per process when the first model is created, before pulp can
+    set ``output_flag``; in a campaign it would land in the middle of the live view.
+    """
+    global _banner_shown
+    with _banner_lock:
+        if _banner_shown:
+            return
+        _banner_shown = True
+        try:
+            import highspy
+        except ImportError:
+            return  # pulp says itself that HiGHS is not available
+
+        saved = os.dup(1)
+        try:
+            with open(os.devnull, "wb") as null:
+                os.dup2(null.fileno(), 1)
+                highspy.Highs()
+        finally:
+            os.dup2(saved, 1)
+            os.close(saved)
+
+
 class _StartedHiGHS(pulp.HiGHS):
     """pulp's HiGHS plus a (partial) MIP start: HiGHS completes it and uses it as incumbent."""
 
     def __init__(self, start: dict[pulp.LpVariable, float], **options: object) -> None:
+        _swallow_highs_banner()
         super().__init__(**options)
         self.start = start
 
