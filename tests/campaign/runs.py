@@ -36,6 +36,10 @@ def small_demo(tmp: Path, *, site: str | None = None, step_delay_s: float = 0.03
     if site is not None:
         data["site"] = site
         data["site_overrides"] = {}
+    else:
+        # A stretch of the generated workload where natives start and end within the first
+        # 40 s, so that blocks must yield while the shorter jobs train.
+        data["site_overrides"] = {"emulated": {"seed": 5, "speedup": 240}}
     path = tmp / "small-demo.yaml"
     path.write_text(yaml.safe_dump({k: v for k, v in data.items() if v is not None}))
     return path
