@@ -127,8 +127,8 @@ class EmulatedSite:
 
     def snapshot(self) -> Snapshot:
         """Nodes, running natives and blocks, pending natives (with their simulated start)."""
-        self.queries["snapshot"] += 1
         with self._lock:
+            self.queries["snapshot"] += 1
             now = time.time()
             self._advance(now)
             nodes = [
@@ -162,8 +162,8 @@ class EmulatedSite:
     def test_start(self, nodes: int, walltime_s: float, node_ids: Sequence[str]) -> float | None:
         """When a block of ``nodes`` (on ``node_ids`` if pinned) would start: now when they
         are idle, else when their holders' limits end (pending natives are not counted)."""
-        self.queries["test_start"] += 1
         with self._lock:
+            self.queries["test_start"] += 1
             now = time.time()
             self._advance(now)
             free_at = {n: self._free_at(n, now) for n in self.node_names}
@@ -177,8 +177,8 @@ class EmulatedSite:
     ) -> str:
         """Start ``script`` once per node now; the block's job id. The emulated site has no
         queue for blocks: nodes that are not idle are an error (the provider tests first)."""
-        self.queries["submit"] += 1
         with self._lock:
+            self.queries["submit"] += 1
             if self._closed:
                 raise SchedulerCommandError(["emulated", "submit", name], "the site is closed")
             now = time.time()
@@ -202,16 +202,16 @@ class EmulatedSite:
 
     def status(self, job_ids: Sequence[str]) -> dict[str, JobStatus]:
         """Blocks and native jobs by id; an id the site never had is UNKNOWN."""
-        self.queries["status"] += 1
         with self._lock:
+            self.queries["status"] += 1
             now = time.time()
             self._advance(now)
             return {j: self._status(j, now) for j in job_ids}
 
     def cancel(self, job_ids: Sequence[str]) -> None:
         """End blocks (CANCELLED): TERM to each node's group now, KILL after the grace."""
-        self.queries["cancel"] += 1
         with self._lock:
+            self.queries["cancel"] += 1
             now = time.time()
             self._advance(now)
             for job_id in job_ids:
@@ -222,9 +222,9 @@ class EmulatedSite:
 
     def signal_batch(self, job_ids: Sequence[str], signal: str) -> None:
         """Send ``signal`` (``"USR1"``) to the batch shell of each node of running blocks."""
-        self.queries["signal"] += 1
         signum = _signal_number(signal)
         with self._lock:
+            self.queries["signal"] += 1
             self._advance(time.time())
             for job_id in job_ids:
                 block = self._blocks.get(job_id)
