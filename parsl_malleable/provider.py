@@ -249,6 +249,11 @@ class BackfillProvider(ExecutionProvider, RepresentationMixin):
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout)
+        if cancel:
+            # A scheduler that runs blocks itself (the emulated site) stops them here.
+            closer = getattr(self.scheduler, "close", None)
+            if callable(closer):
+                closer()
 
     def _loop(self) -> None:
         next_poll = 0.0

@@ -39,7 +39,7 @@ def small_demo(tmp: Path, *, site: str | None = None, step_delay_s: float = 0.03
     else:
         # A stretch of the generated workload where natives start and end within the first
         # 40 s, so that blocks must yield while the shorter jobs train.
-        data["site_overrides"] = {"emulated": {"seed": 5, "speedup": 240}}
+        data["site_overrides"] = {"emulated": {"seed": 5}}
     path = tmp / "small-demo.yaml"
     path.write_text(yaml.safe_dump({k: v for k, v in data.items() if v is not None}))
     return path
