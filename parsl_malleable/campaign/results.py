@@ -63,7 +63,12 @@ def results_frame(store: CampaignStore) -> pd.DataFrame:
                 "error": job.error,
             }
         )
-    return pd.DataFrame(rows)
+    frame = pd.DataFrame(rows)
+    params = sorted(c for c in frame.columns if c.startswith("param."))
+    results = [c for c in frame.columns if c.startswith("result.")]
+    rest = [c for c in frame.columns if c not in params and c not in results]
+    # Rows differ in their parameters and metrics: keep them together, after job and status.
+    return frame[[*rest[:3], *params, *results, *rest[3:]]]
 
 
 def harvest_fraction(store: CampaignStore) -> float | None:

@@ -206,6 +206,16 @@ class CampaignRunner:
             provider.close()
             parsl.clear()
             lifeline.release()
+            self._note_reclaims(provider)
+
+    def _note_reclaims(self, provider: Any) -> None:
+        """The emulated site counts blocks it had to kill for a native job (a missed yield)."""
+        count = getattr(provider.scheduler, "reclaim_count", None)
+        if count is None or self.store is None:
+            return
+        self.store.set_meta(f"run{self.run}_reclaims", str(count))
+        if count:
+            logger.warning("%d block(s) were reclaimed by native jobs (a yield came late)", count)
 
     def _submit(self, name: str) -> None:
         from parsl_malleable.app import malleable_app

@@ -104,6 +104,11 @@ class CampaignStore:
         row = self.db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
         return row[0] if row else None
 
+    def set_meta(self, key: str, value: str) -> None:
+        """Set a value of the meta table."""
+        self._set_meta(key, value)
+        self.db.commit()
+
     def _set_meta(self, key: str, value: str) -> None:
         self.db.execute(
             "INSERT INTO meta(key, value) VALUES(?, ?) "
