@@ -1,0 +1,104 @@
+"""The campaign's SQLite state and the results built from it (no Parsl: fast)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from parsl_malleable.campaign.results import harvest_fraction, results_frame, write_results
+from parsl_malleable.campaign.sample import job_sample, site_counts
+from parsl_malleable.campaign.store import CampaignStore
+from parsl_malleable.windows.snapshot import Node, NodeState, RunningJob, Snapshot
+
+
+def test_jobs_are_inserted_once_and_a_changed_spec_is_reported(tmp_path: Path) -> None:
+    store = CampaignStore(tmp_path)
+    assert store.sync_jobs([("a", {"lr": 1}, {}), ("b", {"lr": 2}, {"lr": 2})]) == []
+    store.finish("a", 1, result={"acc": 0.97})
+    # A second run with b's spec changed: a keeps its result, b is reported, nothing is reset.
+    assert store.sync_jobs([("a", {"lr": 1}, {}), ("b", {"lr": 3}, {"lr": 3})]) == ["b"]
+    rows = {r.name: r for r in store.jobs()}
+    assert rows["a"].status == "done" and rows["a"].result == {"acc": 0.97}
+    assert rows["b"].status == "waiting" and rows["b"].spec == {"lr": 2}
+    assert (tmp_path / "state.sqlite").stat().st_mode & 0o077 == 0
+
+
+def test_samples_accumulate_node_seconds_rescales_and_first_start(tmp_path: Path) -> None:
+    store = CampaignStore(tmp_path)
+    store.sync_jobs([("a", {}, {})])
+    run = store.begin_run("c.yaml", now=100.0)
+    waiting = {"nodes": 0, "world": 0, "node_names": []}
+    training = {"nodes": 2, "world": 2, "node_names": ["n1", "n2"], "new_rescales": 1}
+    store.record(101.0, run, 1.0, {"a": waiting}, None)
+    store.record(
+        102.0,
+        run,
+        1.0,
+        {"a": training},
+        {"total": 4, "native": 1, "harvested": 2, "training": 2, "idle": 1},
+    )
+    store.record(104.0, run, 2.0, {"a": {**training, "new_rescales": 0}}, None)
+    row = store.jobs()[0]
+    assert row.node_seconds == pytest.approx(6.0)
+    assert row.rescales == 1 and row.first_start == 102.0
+    store.mark_submitted("a", resumed_from_step=40)
+    store.mark_submitted("a", resumed_from_step=None)  # a later run with no newer checkpoint
+    row = store.jobs()[0]
+    assert row.submissions == 2 and row.resumed_from_step == 40
+
+
+def test_harvest_fraction_skips_the_gap_between_runs(tmp_path: Path) -> None:
+    store = CampaignStore(tmp_path)
+    site = {"total": 4, "native": 0, "training": 0}
+    for t, run, harvested, idle in [(0, 1, 3, 1), (10, 1, 3, 1), (1000, 2, 0, 4), (1010, 2, 0, 4)]:
+        store.record(t, run, 1.0, {}, {**site, "harvested": harvested, "idle": idle})
+    # run 1: 30 harvested, 10 idle node-s; run 2: 40 idle; the 990 s between runs count for none
+    assert harvest_fraction(store) == pytest.approx(30 / 80)
+
+
+def test_results_table_and_pictures(tmp_path: Path) -> None:
+    store = CampaignStore(tmp_path)
+    store.begin_run("c.yaml", now=0.0)
+    store.sync_jobs([("a", {"app": "m:f", "max_nodes": 2}, {"lr": 0.1}), ("b", {"app": "m:f"}, {})])
+    store.record(
+        1.0,
+        1,
+        1.0,
+        {"a": {"nodes": 1, "world": 1, "node_names": ["n1"]}},
+        {"total": 2, "native": 1, "harvested": 1, "training": 1, "idle": 0},
+    )
+    store.finish("a", 1, result={"test_accuracy": 0.96, "steps": 10})
+    store.finish("b", 1, error="ValueError: boom")
+    frame = results_frame(store)
+    assert list(frame["job"]) == ["a", "b"]
+    assert frame.loc[0, "param.lr"] == 0.1 and frame.loc[0, "result.test_accuracy"] == 0.96
+    assert (
+        list(frame["status"]) == ["done", "failed"] and frame.loc[1, "error"] == "ValueError: boom"
+    )
+    written = write_results(store, tmp_path)
+    assert {p.name for p in written} == {"results.csv", "results.parquet", "gantt.png", "nodes.png"}
+    assert all(p.stat().st_size > 0 for p in written)
+
+
+def test_site_counts_and_job_sample() -> None:
+    snap = Snapshot(
+        now=0.0,
+        nodes=[Node(f"n{i}", NodeState.ALLOCATED if i < 3 else NodeState.IDLE) for i in range(5)],
+        running=[
+            RunningJob("1", ("n0",), 0.0, 60.0),
+            RunningJob("2", ("n1", "n2"), 0.0, 60.0, ours=True),
+        ],
+    )
+    counts = site_counts(snap, training=1)
+    assert (counts.total, counts.native, counts.harvested, counts.training, counts.idle) == (
+        5,
+        1,
+        2,
+        1,
+        2,
+    )
+    assert site_counts(None, 0) is None
+    epochs = [{"world_size": 2}, {"world_size": 2}, {"world_size": 3}, {"world_size": 1}]
+    sample = job_sample({"nodes": 3, "world_size": 3, "throughput": {3: 90.0}}, epochs)
+    assert sample["rescales"] == 2 and sample["rate"] == 90.0  # a same-size re-form is no rescale
