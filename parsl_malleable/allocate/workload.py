@@ -1,4 +1,5 @@
-"""Read FreeTrain/BFTrainer workload CSVs (``<name>-jobs.csv``, ``<name>-scaling.csv``)."""
+"""Read FreeTrain/BFTrainer workload CSVs (``<name>-jobs.csv``, ``<name>-scaling.csv``; either may
+be gzipped, as ``.csv.gz``)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from parsl_malleable.allocate.errors import AllocationInputError
 from parsl_malleable.allocate.spec import TrainingJob
 from parsl_malleable.errors import MalleableError, TraceFormatError
 from parsl_malleable.inputs import whole_count
+from parsl_malleable.traces._io import open_text
 
 JOB_FIELDS = ("job", "Tcup", "Tcdw", "Jmin", "Jmax")
 SCALING_FIELDS = ("job", "nodes", "throughput")
@@ -18,15 +20,25 @@ SCALING_FIELDS = ("job", "nodes", "throughput")
 
 def _rows(path: Path, fields: tuple[str, ...]) -> list[tuple[int, dict[str, str]]]:
     try:
-        handle = path.open(newline="")
+        handle = open_text(path, newline="")
     except OSError as exc:
         raise TraceFormatError(path, None, f"cannot read: {exc.strerror}") from exc
     with handle:
-        reader = csv.DictReader(handle)
-        missing = [f for f in fields if f not in (reader.fieldnames or [])]
-        if missing:
-            raise TraceFormatError(path, 1, f"missing column(s) {', '.join(missing)}")
-        return [(i, row) for i, row in enumerate(reader, start=2)]
+        try:
+            reader = csv.DictReader(handle)
+            missing = [f for f in fields if f not in (reader.fieldnames or [])]
+            if missing:
+                raise TraceFormatError(path, 1, f"missing column(s) {', '.join(missing)}")
+            return [(i, row) for i, row in enumerate(reader, start=2)]
+        except (OSError, EOFError) as exc:  # a truncated or corrupt gzip stream
+            raise TraceFormatError(path, None, f"cannot read: {exc}") from exc
+
+
+def _csv_file(directory: Path, stem: str) -> Path:
+    """``<stem>.csv`` in ``directory``, else ``<stem>.csv.gz`` if only that exists."""
+    plain = directory / f"{stem}.csv"
+    gzipped = directory / f"{stem}.csv.gz"
+    return gzipped if not plain.is_file() and gzipped.is_file() else plain
 
 
 def _number(text: str | None) -> float:
@@ -59,8 +71,8 @@ def load_workload(directory: str | Path, name: str, limit: int | None = None) ->
     ``limit`` keeps the first jobs only. Every job starts with no nodes.
     """
     directory = Path(directory)
-    curves = load_scaling(directory / f"{name}-scaling.csv")
-    jobs_path = directory / f"{name}-jobs.csv"
+    curves = load_scaling(_csv_file(directory, f"{name}-scaling"))
+    jobs_path = _csv_file(directory, f"{name}-jobs")
     jobs = []
     for line, row in _rows(jobs_path, JOB_FIELDS):
         if limit is not None and len(jobs) >= limit:
