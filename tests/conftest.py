@@ -2,33 +2,31 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
+from parsl_malleable import data
+
 REPO = Path(__file__).resolve().parents[1]
 
 
-def shared_dir() -> Path:
-    """The shared data folder: $PARSL_MALLEABLE_SHARED, else ``../shared`` beside the checkout."""
-    env = os.environ.get("PARSL_MALLEABLE_SHARED")
-    return Path(env) if env else REPO.parent / "shared"
-
-
 @pytest.fixture(scope="session")
-def shared() -> Path:
-    path = shared_dir()
+def data_root() -> Path:
+    """The data the project carries (``parsl_malleable/data``: compressed traces, workloads)."""
+    path = data.data_dir()
     if not (path / "traces").is_dir():
-        pytest.fail(f"shared data not found at {path}; set PARSL_MALLEABLE_SHARED")
+        pytest.fail(f"carried data not found at {path} (parsl_malleable/data/traces)")
     return path
 
 
 @pytest.fixture(scope="session")
-def traces_dir(shared: Path) -> Path:
-    return shared / "traces"
+def traces_dir(data_root: Path) -> Path:
+    """Real SWF traces, gzipped (``theta_2022.swf.gz``, ...) with their ``.machines`` files."""
+    return data_root / "traces"
 
 
 @pytest.fixture(scope="session")
-def bftrainer_dir(shared: Path) -> Path:
-    return shared / "bftrainer"
+def bftrainer_dir(data_root: Path) -> Path:
+    """The FreeTrain/BFTrainer workloads and the Summit idle trace, gzipped CSVs."""
+    return data_root / "bftrainer"

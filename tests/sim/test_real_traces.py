@@ -1,4 +1,4 @@
-"""The simulator on the four shared real traces: consistency, and agreement with recorded waits."""
+"""The simulator on the four carried real traces: consistency, and agreement with recorded waits."""
 
 from __future__ import annotations
 
@@ -10,7 +10,12 @@ from parsl_malleable.sim.validate import wait_agreement
 from parsl_malleable.traces import read_swf
 from parsl_malleable.traces.schema import JobTrace
 
-TRACES = ["UniLu-Gaia-2014-1.swf", "theta_2022.swf", "hpc2n.swf", "wagap-2013.swf"]
+TRACES = [
+    "UniLu-Gaia-2014-1.swf.gz",
+    "theta_2022.swf.gz",
+    "hpc2n.swf.gz",
+    "wagap-2013.swf.gz",
+]
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +48,7 @@ def test_easy_replay_is_consistent(real, name):
     assert np.all(s[1:][same] >= e[:-1][same])
 
 
-@pytest.mark.parametrize("name", ["theta_2022.swf", "hpc2n.swf"])
+@pytest.mark.parametrize("name", ["theta_2022.swf.gz", "hpc2n.swf.gz"])
 def test_backfill_shortens_waits_on_real_workloads(real, name):
     fcfs = simulate(real[name], "fcfs").stats
     easy = simulate(real[name], "easy").stats
@@ -52,7 +57,7 @@ def test_backfill_shortens_waits_on_real_workloads(real, name):
 
 
 def test_agreement_is_perfect_when_the_record_is_itself_a_simulation(real):
-    trace = real["theta_2022.swf"]
+    trace = real["theta_2022.swf.gz"]
     first = simulate(trace, "easy").jobs
     jobs = trace.jobs.copy()
     jobs["start"] = first["sim_start"].to_numpy()
@@ -68,7 +73,7 @@ def test_agreement_is_perfect_when_the_record_is_itself_a_simulation(real):
 
 
 def test_agreement_with_recorded_waits_is_reported(real):
-    trace = real["theta_2022.swf"]
+    trace = real["theta_2022.swf.gz"]
     agree = wait_agreement(trace, simulate(trace, "easy"))
     assert agree.jobs == len(trace.jobs)
     assert agree.recorded_mean > 0 and agree.simulated_mean > 0

@@ -217,12 +217,12 @@ def test_empty_trace_reads_as_no_jobs(tmp_path):
     assert len(trace.jobs) == 0 and trace.machine.nodes == 4
 
 
-# job counts and machine sizes from /work/shared/traces/README.md
+# job counts and machine sizes from parsl_malleable/data/traces/README.md (gzipped traces)
 REAL = [
-    ("theta_2022.swf", 23_911, 4_360, 1),
-    ("UniLu-Gaia-2014-1.swf", 51_987, 151, 13),
-    ("hpc2n.swf", 3_170, 120, 2),
-    ("wagap-2013.swf", 17_900, 68, 32),
+    ("theta_2022.swf.gz", 23_911, 4_360, 1),
+    ("UniLu-Gaia-2014-1.swf.gz", 51_987, 151, 13),
+    ("hpc2n.swf.gz", 3_170, 120, 2),
+    ("wagap-2013.swf.gz", 17_900, 68, 32),
 ]
 
 

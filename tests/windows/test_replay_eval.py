@@ -118,7 +118,7 @@ def test_cli_prints_the_table(tmp_path, traces_dir) -> None:
     result = CliRunner().invoke(
         windows,
         [
-            str(traces_dir / "hpc2n.swf"),
+            str(traces_dir / "hpc2n.swf.gz"),
             "--max-events",
             "200",
             "--samples",
