@@ -1,18 +1,24 @@
-"""Helpers shared by benchmark scripts: where the shared data lives, peak memory."""
+"""Helpers shared by benchmark scripts: where their data lives, peak memory."""
 
 from __future__ import annotations
 
-import os
 import resource
 from pathlib import Path
+
+from parsl_malleable import data
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-def shared_dir() -> Path:
-    """The shared data folder: $PARSL_MALLEABLE_SHARED, else ``../shared`` beside the checkout."""
-    env = os.environ.get("PARSL_MALLEABLE_SHARED")
-    return Path(env) if env else REPO.parent / "shared"
+def data_file(name: str) -> Path:
+    """A data file the project carries (``parsl_malleable/data``), by name: ``theta_2022.swf``
+    finds the gzipped ``traces/theta_2022.swf.gz``, which every reader reads directly."""
+    return data.path(name)
+
+
+def workload_dir() -> Path:
+    """The folder of the FreeTrain/BFTrainer workloads and the Summit idle trace (gzipped CSVs)."""
+    return data.data_dir() / "bftrainer"
 
 
 def peak_rss_mib() -> float:

@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import peak_rss_mib, shared_dir
+from _common import peak_rss_mib, workload_dir
 
 SCALES = [("small", 10, 100), ("Polaris", 50, 560), ("Summit", 100, 4608), ("Frontier", 500, 9408)]
 WORKLOAD = "imagenet-imgps-1001J"
@@ -47,7 +47,7 @@ def run_case(spec: dict) -> None:
     from parsl_malleable.allocate.pernode_model import build_pernode_model
     from parsl_malleable.allocate.solve import solve_problem
 
-    data = shared_dir() / "bftrainer"
+    data = workload_dir()
     jobs = load_workload(data, WORKLOAD, limit=spec["jobs"])
     remaining = None
     if spec["model"] in ("horizon", "horizon-nopause", "greedy"):

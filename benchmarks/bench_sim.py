@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import peak_rss_mib, shared_dir
+from _common import data_file, peak_rss_mib
 
 TARGETS = {"UniLu-Gaia-2014-1.swf": 40_000, "theta_2022.swf": 15_000}
 PREFIX = 2_000  # jobs replayed by the plain-Python reference
@@ -66,7 +66,7 @@ def bench_trace(name: str, repeat: int) -> dict:
     from parsl_malleable.traces import read_swf
 
     t0 = time.perf_counter()
-    trace = read_swf(shared_dir() / "traces" / name)
+    trace = read_swf(data_file(name))
     read_s = time.perf_counter() - t0
     n = len(trace.jobs)
     print(f"\n{name}: {n} jobs, {trace.machine.nodes} nodes (read in {read_s:.2f} s)")
@@ -191,7 +191,7 @@ def agreement_table() -> None:
     )
     print("|---|---|---|---|---|---|---|---|")
     for name in names:
-        trace = read_swf(shared_dir() / "traces" / name)
+        trace = read_swf(data_file(name))
         m = trace.machine
         variants = [(f"node ({m.nodes})", trace)]
         if m.cores_per_node > 1 and (trace.jobs["cores"] > 0).all():

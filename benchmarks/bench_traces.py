@@ -1,8 +1,9 @@
 """Trace reader speed: the vectorised readers against a plain per-line baseline, same run.
 
-Prints, per shared trace, the best of ``--repeat`` wall times of ``read_swf`` and of a
-straightforward per-row Python parser (``float()`` per field, one dict per job: the design the
-reader avoids), and their ratio; the same for the Summit idle-interval file against a bare
+Prints, per carried trace (gzipped: both sides decompress it), the best of ``--repeat`` wall
+times of ``read_swf`` and of a straightforward per-row Python parser (``float()`` per field, one
+dict per job: the design the reader avoids), and their ratio; the same for the Summit
+idle-interval file against a bare
 ``pandas.read_csv`` (the floor: the reader adds validation and schema dtypes); and the time to
 generate a 52k-job synthetic trace. Run: ``python benchmarks/bench_traces.py``.
 """
@@ -18,9 +19,10 @@ from pathlib import Path
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import peak_rss_mib, shared_dir
+from _common import data_file, peak_rss_mib
 
 from parsl_malleable.traces import read_idle_intervals, read_swf, synthetic_trace
+from parsl_malleable.traces._io import open_text
 
 SWF_TRACES = ("theta_2022.swf", "UniLu-Gaia-2014-1.swf")
 IDLE_FILE = "summit-idle-intervals-2021-02.csv.gz"
@@ -37,9 +39,9 @@ def best_of(repeat: int, work: Callable[[], object]) -> float:
 
 
 def per_row_swf(path: Path) -> pd.DataFrame:
-    """Baseline: parse SWF one line at a time into dicts."""
+    """Baseline: parse SWF one line at a time into dicts (gunzipped like the reader does)."""
     rows = []
-    with open(path, encoding="utf-8", errors="replace") as fh:
+    with open_text(path) as fh:
         for line in fh:
             if not line.strip() or line.lstrip().startswith(";"):
                 continue
@@ -65,15 +67,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
-    shared = shared_dir()
     print(f"{'input':28s} {'rows':>8s} {'reader s':>9s} {'baseline s':>11s} {'ratio':>6s}")
     for name in SWF_TRACES:
-        path = shared / "traces" / name
+        path = data_file(name)
         rows = len(read_swf(path).jobs)
         ours = best_of(args.repeat, lambda p=path: read_swf(p))
         base = best_of(args.repeat, lambda p=path: per_row_swf(p))
         print(f"{name:28s} {rows:8d} {ours:9.3f} {base:11.3f} {ours / base:6.2f}")
-    idle = shared / "bftrainer" / IDLE_FILE
+    idle = data_file(IDLE_FILE)
     rows = len(read_idle_intervals(idle))
     ours = best_of(args.repeat, lambda: read_idle_intervals(idle))
     base = best_of(args.repeat, lambda: pd.read_csv(idle))

@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import REPO, peak_rss_mib, shared_dir
+from _common import REPO, data_file, peak_rss_mib
 
 TARGET_S = 0.5
 TRACES = {
@@ -146,7 +146,7 @@ def bench_traces() -> None:
     img = REPO / "docs" / "img"
     img.mkdir(parents=True, exist_ok=True)
     for name, mode in TRACES.items():
-        trace = read_trace(shared_dir() / "traces" / name)
+        trace = read_trace(data_file(name))
         sim = simulate(trace, "easy")
         # the blocks are chosen under each cost model (the expected chooser depends on it);
         # the quantile and naive blocks do not, and are also re-accounted at longer commits
