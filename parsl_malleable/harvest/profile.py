@@ -19,6 +19,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from parsl_malleable.errors import ConfigError
 from parsl_malleable.schedulers.emulated_settings import EmulatedSettings
 
+# The shipped profiles: in a wheel, the package parsl_malleable.site_profiles (pyproject.toml maps
+# it to providers/); in a checkout or an editable install, providers/ itself.
+SHIPPED_PROFILES = Path(__file__).resolve().parents[1] / "site_profiles"
 REPO_PROFILES = Path(__file__).resolve().parents[2] / "providers"
 PROFILE_PATH_ENV = "PM_PROVIDER_PROFILES"
 
@@ -130,22 +133,36 @@ def profile_from_mapping(data: Any, *, source: str = "<mapping>") -> SiteProfile
         raise ConfigError(f"{source}: " + "; ".join(problems)) from None
 
 
+def profile_folders() -> list[Path]:
+    """Folders searched for a profile by name, in order: ``$PM_PROVIDER_PROFILES``
+    (colon-separated), then the shipped profiles: ``parsl_malleable/site_profiles`` in an installed
+    wheel, the repository's ``providers/`` folder in a checkout or editable install."""
+    folders = [Path(p) for p in os.environ.get(PROFILE_PATH_ENV, "").split(os.pathsep) if p]
+    shipped = SHIPPED_PROFILES if SHIPPED_PROFILES.is_dir() else REPO_PROFILES
+    if shipped.is_dir() and shipped not in folders:
+        folders.append(shipped)
+    return folders
+
+
 def find_profile(name: str) -> Path:
-    """The file of profile ``name``: a path, or ``<name>.yaml`` in ``$PM_PROVIDER_PROFILES``
-    (colon-separated folders) or the repository's ``providers/`` folder."""
+    """The file of profile ``name``: a path, or ``<name>.yaml`` in the first of
+    :func:`profile_folders` that has it."""
     path = Path(name)
     if path.suffix in (".yaml", ".yml") or path.exists():
         if not path.is_file():
             raise ConfigError(f"site profile {name}: no such file")
         return path
-    folders = [Path(p) for p in os.environ.get(PROFILE_PATH_ENV, "").split(os.pathsep) if p]
-    for folder in [*folders, REPO_PROFILES]:
+    folders = profile_folders()
+    for folder in folders:
         for suffix in (".yaml", ".yml"):
             candidate = folder / f"{name}{suffix}"
             if candidate.is_file():
                 return candidate
-    searched = ", ".join(str(f) for f in [*folders, REPO_PROFILES])
-    raise ConfigError(f"site profile {name!r}: no {name}.yaml in {searched}")
+    searched = ", ".join(str(f) for f in folders) or "(no folder)"
+    raise ConfigError(
+        f"site profile {name!r}: no {name}.yaml in {searched}; put it in one of these, pass its "
+        f"path, or add its folder to ${PROFILE_PATH_ENV} (colon-separated)"
+    )
 
 
 def load_profile(name_or_path: str | os.PathLike[str]) -> SiteProfile:
@@ -160,4 +177,4 @@ def load_profile(name_or_path: str | os.PathLike[str]) -> SiteProfile:
     return profile_from_mapping(data if data is not None else {}, source=str(path))
 
 
-__all__ = ["SiteProfile", "find_profile", "load_profile", "profile_from_mapping"]
+__all__ = ["SiteProfile", "find_profile", "load_profile", "profile_folders", "profile_from_mapping"]
