@@ -72,10 +72,11 @@ def run(
         runner = CampaignRunner(campaign, folder, source=str(campaign_file))
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
-    # Parsl sets its own loggers to DEBUG; only warnings reach the terminal (all of it is in
-    # campaign.log and runinfo/).
+    # Only our warnings reach the terminal; everything is in campaign.log, and Parsl's own log
+    # (where an agent task lost with its block is an ERROR, though expected here) in runinfo/.
     to_terminal = logging.StreamHandler()
     to_terminal.setLevel(logging.WARNING)
+    to_terminal.addFilter(lambda record: not record.name.startswith("parsl."))
     to_terminal.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
     logging.getLogger().addHandler(to_terminal)
     console.print(f"campaign {campaign_file} -> {folder}")
