@@ -102,3 +102,32 @@ def test_site_counts_and_job_sample() -> None:
     epochs = [{"world_size": 2}, {"world_size": 2}, {"world_size": 3}, {"world_size": 1}]
     sample = job_sample({"nodes": 3, "world_size": 3, "throughput": {3: 90.0}}, epochs)
     assert sample["rescales"] == 2 and sample["rate"] == 90.0  # a same-size re-form is no rescale
+
+
+def test_live_and_status_tables_show_jobs_nodes_and_fraction(tmp_path: Path) -> None:
+    from rich.console import Console
+
+    from parsl_malleable.campaign.display import live_table, status_table
+    from parsl_malleable.campaign.runner import CampaignRunner
+    from parsl_malleable.campaign.sample import SiteCounts
+    from parsl_malleable.campaign.spec import parse_campaign
+
+    campaign = parse_campaign(
+        {"site": "emulated", "jobs": [{"name": "a", "app": "m:f"}, {"name": "b", "app": "m:f"}]}
+    )
+    runner = CampaignRunner(campaign, tmp_path)
+    runner.store = CampaignStore(tmp_path)
+    runner.store.sync_jobs([("a", {}, {}), ("b", {}, {})])
+    runner.store.finish("a", 1, result={"test_accuracy": 0.971})
+    runner.store.mark_submitted("b", None)
+    runner.last_site = SiteCounts(total=6, native=2, harvested=3, training=2, idle=1)
+    runner.last_jobs = {"b": {"nodes": 2, "world": 2, "rate": 812.4}}
+    runner.harvested_s, runner.idle_s = 30.0, 10.0
+    console = Console(record=True, width=160)
+    console.print(live_table(runner))
+    text = " ".join(console.export_text().split())  # the caption may wrap
+    assert "1 done, 1 running, 0 waiting" in text
+    assert "2 native, 3 harvested (2 training), 1 idle of 6" in text
+    assert "harvest fraction 75%" in text and "812" in text and "0.971" in text
+    console.print(status_table(runner.store.jobs(), {"runs": "1", "state": "finished"}))
+    assert "test_accuracy=0.971" in console.export_text()
