@@ -1,4 +1,4 @@
-"""Scheduler adapters (Slurm, PBS Pro): commands, parsers, snapshots.
+"""Scheduler adapters (Slurm, PBS Pro, the emulated site): commands, parsers, snapshots.
 
 ``SlurmScheduler`` and ``PBSScheduler`` read live scheduler state into a
 :class:`~parsl_malleable.windows.snapshot.Snapshot` and submit, test, poll and cancel
@@ -14,6 +14,7 @@ from parsl_malleable.schedulers.slurm import SlurmScheduler
 
 __all__ = [
     "CommandResult",
+    "EmulatedSite",
     "JobState",
     "JobStatus",
     "OutputParseError",
@@ -22,3 +23,12 @@ __all__ = [
     "expand_hostlist",
     "run_command",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # The emulated site pulls in the simulator (numba): import it only when asked for.
+    if name == "EmulatedSite":
+        from parsl_malleable.schedulers.emulated import EmulatedSite
+
+        return EmulatedSite
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
