@@ -1,4 +1,5 @@
-"""Fit the scalability model ``seconds per sample = a/n + b + c*n`` (a, b, c >= 0).
+"""The parametric model ``seconds per sample = a/n + b + c*n`` (a, b, c >= 0): the profiler's
+model before the Gaussian-process curve model (kept for comparison, see docs/profile.md).
 
 ``a/n`` is compute split across ``n`` nodes, ``b`` the part that does not shrink, ``c*n`` the
 communication that grows with the world size. Throughput is its inverse. The fit is a weighted

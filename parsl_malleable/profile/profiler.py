@@ -11,7 +11,8 @@ from parsl_malleable.allocate.curve import ScalingCurve
 from parsl_malleable.allocate.spec import TrainingJob
 from parsl_malleable.errors import ConfigError
 from parsl_malleable.inputs import finite_number, whole_count
-from parsl_malleable.profile.fit import ScalingFit, fit_scaling
+from parsl_malleable.profile.design import most_informative_size, size_grid
+from parsl_malleable.profile.model import CurveModel, MeasuredSizes
 
 RESCALE_KINDS = ("up", "down", "start")
 
@@ -33,6 +34,12 @@ class _Stats:
         delta = value - self.mean
         self.mean += delta / self.count
         self.m2 += delta * (value - self.mean)
+
+    def rel_var(self) -> float:
+        """Sample variance relative to the squared mean (0 with fewer than two samples)."""
+        if self.count < 2 or self.mean <= 0:
+            return 0.0
+        return self.m2 / (self.count - 1) / (self.mean * self.mean)
 
     def stderr(self, floor_rel: float) -> float:
         spread = math.sqrt(self.m2 / (self.count - 1)) if self.count > 1 else 0.0
@@ -56,7 +63,12 @@ class ScalabilityProfiler:
     Jobs report ``record(job, world_size, samples_per_s)`` while they run and
     ``record_rescale(job, kind, seconds)`` after each rescale. ``curve(job)`` returns a
     :class:`ScalingCurve` with standard errors for the allocator; ``training_job`` wraps it,
-    with the measured costs, into a :class:`TrainingJob`.
+    with the measured costs, into a :class:`TrainingJob`; ``next_size`` says which size to
+    measure next to learn the curve fastest.
+
+    ``extrapolation_rel`` is the prior standard deviation of the change of log efficiency per
+    doubling (0.1: about 10 % per doubling away from the measured sizes); ``noise_floor`` the
+    smallest relative noise of one sample ever assumed, and the prior guess of it.
     """
 
     def __init__(
@@ -116,36 +128,57 @@ class ScalabilityProfiler:
             for n, s in sorted(self._stats.get(job, {}).items())
         }
 
-    def fit(self, job: str) -> ScalingFit:
-        """The fitted scalability model of ``job`` (needs at least one sample)."""
-        seen = self.measured(job)
-        if not seen:
+    def noise(self, job: str) -> float:
+        """Relative standard deviation of one sample of ``job``, pooled over its sizes (the
+        prior guess ``noise_floor`` counts as two degrees of freedom; never below it)."""
+        stats = self._stats.get(job, {}).values()
+        dof = sum(s.count - 1 for s in stats if s.count > 1)
+        spread = sum((s.count - 1) * s.rel_var() for s in stats if s.count > 1)
+        prior_dof = 2
+        pooled = (prior_dof * self.noise_floor**2 + spread) / (prior_dof + dof)
+        return max(math.sqrt(pooled), self.noise_floor)
+
+    def fit(self, job: str) -> CurveModel:
+        """The curve model of ``job`` (needs at least one sample): ``throughput(n)``,
+        ``stderr(n)``, ``predict(sizes)``; see docs/profile.md."""
+        stats = self._stats.get(job)
+        if not stats:
             raise ProfileInputError(f"job {job!r}: no throughput samples recorded")
-        return fit_scaling(
-            list(seen),
-            [m for m, _, _ in seen.values()],
-            [e for _, e, _ in seen.values()],
-            extrapolation_rel=self.extrapolation_rel,
+        sizes = sorted(stats)
+        data = MeasuredSizes(
+            tuple(sizes),
+            tuple(stats[n].mean for n in sizes),
+            tuple(stats[n].count for n in sizes),
+            self.noise(job),
         )
+        return CurveModel(data, slope_sd=self.extrapolation_rel)
 
     def curve(self, job: str, max_nodes: int, sizes: Iterable[int] | None = None) -> ScalingCurve:
-        """Throughput with standard errors at ``sizes`` (default: measured sizes, powers of two
-        and ``max_nodes``). Measured sizes use their sample mean; others the fitted model."""
-        seen = self.measured(job)
+        """Estimated throughput with standard errors at ``sizes`` (default: measured sizes up to
+        ``max_nodes``, powers of two and ``max_nodes``), from the curve model at every point
+        (measured sizes too: the model pools their neighbours' samples)."""
         model = self.fit(job)
         if sizes is None:
-            powers = {2**k for k in range(max(1, max_nodes).bit_length()) if 2**k <= max_nodes}
-            sizes = {*seen, *powers, max_nodes}
+            sizes = {*(n for n in model.measured if n <= max_nodes), *size_grid(max(1, max_nodes))}
         points = sorted({int(n) for n in sizes if 1 <= n <= max_nodes})
-        rates, errors = [], []
-        for n in points:
-            if n in seen:
-                rates.append(seen[n][0])
-                errors.append(seen[n][1])
-            else:
-                rates.append(model.throughput(n))
-                errors.append(model.stderr(n))
+        rates, errors = model.predict(points)
         return ScalingCurve(tuple(points), tuple(rates), tuple(errors))
+
+    def next_size(
+        self,
+        job: str,
+        current_size: int,
+        max_nodes: int,
+        candidates: Iterable[int] | None = None,
+    ) -> int:
+        """The size (above or below ``current_size``, or it) whose next sample most reduces the
+        curve's largest uncertainties at the powers of two up to ``max_nodes`` (and
+        ``max_nodes``); candidates default to those sizes. Ignores rescale costs: use
+        :meth:`suggest_exploration` to weigh them."""
+        max_nodes = whole_count(max_nodes, "max_nodes", minimum=1, error=ProfileInputError)
+        current_size = whole_count(current_size, "current_size", minimum=1, error=ProfileInputError)
+        grid = size_grid(max_nodes)
+        return most_informative_size(self.fit(job), current_size, grid, candidates)
 
     def training_job(
         self,
