@@ -8,7 +8,9 @@ from dataclasses import replace
 import pytest
 
 from parsl_malleable.allocate import allocate, load_workload
+from parsl_malleable.allocate.curve import ScalingCurve
 from parsl_malleable.profile import ProfileInputError, ScalabilityProfiler, fit_scaling
+from parsl_malleable.profile.protocol import profile_simulated
 
 A, B, C = 1 / 1200.0, 2e-5, 1e-6  # seconds per sample: a/n + b + c*n
 
@@ -31,15 +33,21 @@ def test_recovers_known_curve_from_noisy_samples(seed):
     prof = noisy_profiler([1, 2, 4, 8, 16], per_size=10, noise=0.05, seed=seed)
     curve = prof.curve("j", max_nodes=64)
     assert curve.nodes == (1, 2, 4, 8, 16, 32, 64)
-    for n, rate, err in zip(curve.nodes, curve.throughput, curve.stderr, strict=True):
-        assert abs(rate - true_rate(n)) <= 4 * err, n
-        # Measured sizes; then 2x and 4x beyond the largest measured size.
-        tolerance = {32: 0.15, 64: 0.3}.get(n, 0.05)
-        assert rate == pytest.approx(true_rate(n), rel=tolerance), n
-    # The fit finds the communication term that makes 64 nodes slower than 32.
-    fit = prof.fit("j")
-    assert fit.params[2] > 0
-    assert fit.throughput(64) < fit.throughput(32)
+    for n, rate in zip(curve.nodes[:5], curve.throughput[:5], strict=True):
+        assert rate == pytest.approx(true_rate(n), rel=0.05), n
+    # Beyond the measured sizes the model follows the measured trend: it cannot know the
+    # downturn after 29 nodes, but says so with a standard error that grows per doubling.
+    rel = [e / r for r, e in zip(curve.throughput, curve.stderr, strict=True)]
+    assert rel[6] > rel[5] > 2 * rel[4]
+
+
+def test_learns_the_downturn_it_could_not_extrapolate():
+    # The same curve, profiled by the protocol with next_size from 16 nodes: after 20 samples
+    # the estimate is within 5 % at every node count, the fall after 32 included.
+    truth = ScalingCurve.from_points([(n, true_rate(n)) for n in (1, 2, 4, 8, 16, 32, 64)])
+    run = profile_simulated(truth, 16, seed=3)
+    assert run.worst_all[20] <= 0.05
+    assert {1, 64} <= set(run.sizes)
 
 
 def test_uncertainty_shrinks_with_samples_and_grows_when_extrapolating():
@@ -53,6 +61,12 @@ def test_single_size_means_linear_scaling():
     fit = fit_scaling([4], [4000.0], [40.0])
     assert fit.throughput(8) == pytest.approx(8000.0)
     assert fit.stderr(8) > fit.stderr(4)
+    prof = ScalabilityProfiler()
+    prof.record("j", 4, 4000.0)
+    model = prof.fit("j")
+    assert model.throughput(8) == pytest.approx(8000.0)
+    assert model.throughput(1) == pytest.approx(1000.0)
+    assert model.stderr(16) / 16000 > model.stderr(8) / 8000 > model.stderr(4) / 4000
 
 
 def test_rescale_costs_and_bad_input():
