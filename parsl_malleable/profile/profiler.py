@@ -94,6 +94,10 @@ class ScalabilityProfiler:
         self.defaults = {"up": up, "down": down, "start": up}
         self._stats: dict[str, dict[int, _Stats]] = defaultdict(lambda: defaultdict(_Stats))
         self._rescales: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+        # Fitting costs milliseconds and the controller asks for every job at every decision:
+        # keep each job's model until it gets a new sample.
+        self._samples: dict[str, int] = defaultdict(int)
+        self._fits: dict[str, tuple[int, CurveModel]] = {}
 
     def record(self, job: str, world_size: int, samples_per_s: float) -> None:
         """One throughput sample of ``job`` running on ``world_size`` nodes."""
@@ -104,6 +108,7 @@ class ScalabilityProfiler:
             samples_per_s, f"job {job!r}: samples_per_s", gt=0, error=ProfileInputError
         )
         self._stats[job][size].add(rate)
+        self._samples[job] += 1
 
     def record_rescale(self, job: str, kind: str, seconds: float) -> None:
         """The measured pause of one rescale: ``kind`` is ``up``, ``down`` or ``start``."""
@@ -144,6 +149,9 @@ class ScalabilityProfiler:
         stats = self._stats.get(job)
         if not stats:
             raise ProfileInputError(f"job {job!r}: no throughput samples recorded")
+        cached = self._fits.get(job)
+        if cached is not None and cached[0] == self._samples[job]:
+            return cached[1]
         sizes = sorted(stats)
         data = MeasuredSizes(
             tuple(sizes),
@@ -151,7 +159,9 @@ class ScalabilityProfiler:
             tuple(stats[n].count for n in sizes),
             self.noise(job),
         )
-        return CurveModel(data, slope_sd=self.extrapolation_rel)
+        model = CurveModel(data, slope_sd=self.extrapolation_rel)
+        self._fits[job] = (self._samples[job], model)
+        return model
 
     def curve(self, job: str, max_nodes: int, sizes: Iterable[int] | None = None) -> ScalingCurve:
         """Estimated throughput with standard errors at ``sizes`` (default: measured sizes up to
