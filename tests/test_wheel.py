@@ -45,7 +45,11 @@ def test_package_list_covers_every_package_in_the_tree() -> None:
         for init in (REPO / "parsl_malleable").rglob("__init__.py")
     }
     mapped = PYPROJECT["package-dir"]
-    assert mapped == {"parsl_malleable.apps": "apps", "parsl_malleable.site_profiles": "providers"}
+    assert mapped == {
+        "parsl_malleable.apps": "apps",
+        "parsl_malleable.globus_endpoint": "configs/globus",
+        "parsl_malleable.site_profiles": "providers",
+    }
     assert set(PYPROJECT["packages"]) == on_disk | set(mapped)
     assert PYPROJECT["package-data"]["parsl_malleable.site_profiles"] == ["*.yaml"]
     assert PROFILES and APPS == ["digits"]
@@ -100,6 +104,12 @@ for name in apps:
     module = importlib.import_module(f"parsl_malleable.apps.{name}")
     assert Path(module.__file__).resolve().is_relative_to(root / "apps"), module.__file__
     modules[name] = sorted(k for k in vars(module) if k.startswith("train"))
+
+from parsl_malleable.globus_endpoint import folder, hook_folder
+endpoint = sorted(p.name for p in folder().iterdir() if p.is_file() and p.suffix != ".py")
+assert endpoint == ["config.yaml", "user_config_schema.json", "user_config_template.yaml.j2",
+                    "user_environment.yaml"], endpoint
+assert (hook_folder() / "sitecustomize.py").is_file() and folder().is_relative_to(root)
 
 from parsl_malleable import data
 from parsl_malleable.traces import read_trace
