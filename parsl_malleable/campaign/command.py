@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import signal
 import time
 from pathlib import Path
 
@@ -91,14 +92,15 @@ def run(
             console.print(_summary_line(r))
 
     runner.on_sample = show
+    # `kill PID` (SIGTERM) stops like Ctrl-C: jobs keep their state, blocks are cancelled.
+    signal.signal(signal.SIGTERM, lambda *_: runner.stop())
     with Live(console=console, auto_refresh=False, transient=False) as live:
         if not interactive:
             live.stop()
         try:
             outcome = runner.execute()
         except KeyboardInterrupt:
-            console.print("interrupted: rerun the same command to resume")
-            raise SystemExit(130) from None
+            outcome = None
     from parsl_malleable.campaign.store import CampaignStore
 
     store = CampaignStore(folder)
@@ -106,6 +108,9 @@ def run(
         files = write_results(store, folder)
     finally:
         store.close()
+    if outcome is None:
+        console.print("interrupted: rerun the same command to resume")
+        raise SystemExit(130)
     console.print(
         f"run {outcome.run}: {outcome.outcome}; {len(outcome.done)} done, "
         f"{len(outcome.failed)} failed of {len(runner.entries)}"

@@ -155,3 +155,29 @@ def test_the_same_campaign_runs_on_the_local_slurm_cluster(
         return out.stdout.count("pm-block")
 
     assert runs.wait_for(lambda: blocks_left() == 0, 60), "blocks outlived the campaign"
+
+
+def test_sigterm_stops_the_run_cleanly_and_keeps_it_resumable(
+    uninterrupted: tuple[Path, Path], tmp_path: Path
+) -> None:
+    campaign, _ = uninterrupted
+    output = tmp_path / "out"
+    driver = subprocess.Popen(
+        runs.command(campaign, output), env=runs.env(), stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert runs.wait_for(lambda: runs.query(output, "SELECT 1 FROM site_samples"), 120)
+        driver.send_signal(signal.SIGTERM)
+        out, _ = driver.communicate(timeout=120)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    assert driver.returncode == 3, out  # stopped early, not finished
+    meta = dict(runs.query(output, "SELECT key, value FROM meta"))
+    assert meta["run1_outcome"] == "interrupted"
+    statuses = {s for (s,) in runs.query(output, "SELECT status FROM jobs")}
+    assert statuses <= {"running", "waiting"}  # nothing marked done or failed by the stop
+    assert (output / "results.csv").exists()
+    # A clean stop cleaned up itself: the watchdog had nothing to do, no process is left.
+    assert runs.wait_for(lambda: not runs.processes_of(output, 1), 30), runs.processes_of(output, 1)
+    assert not (output / "lifeline.json").exists()
