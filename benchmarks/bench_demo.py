@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -53,17 +52,13 @@ def run(campaign: Path, output: Path) -> dict[str, float | str]:
         raise SystemExit(f"{campaign} failed ({done.returncode}):\n{done.stderr[-3000:]}")
     table = pd.read_csv(output / "results.csv")
     log = (output / "campaign.log").read_text()
-    db = sqlite3.connect(output / "state.sqlite")
-    try:
-        reclaims = db.execute("SELECT value FROM meta WHERE key = 'run1_reclaims'").fetchone()
-    finally:
-        db.close()
     from parsl_malleable.campaign.results import harvest_fraction
     from parsl_malleable.campaign.store import CampaignStore
 
     store = CampaignStore(output, read_only=True)
     try:
         fraction = harvest_fraction(store)
+        reclaims = store.meta("run1_reclaims")
     finally:
         store.close()
     return {
@@ -74,7 +69,7 @@ def run(campaign: Path, output: Path) -> dict[str, float | str]:
         "node_hours": float(table["node_hours"].sum()),
         "rescales": int(table["rescales"].sum()),
         "yields": log.count(" yields: a queued job"),
-        "reclaims": int(reclaims[0]) if reclaims else 0,
+        "reclaims": int(reclaims) if reclaims else 0,
         "harvest_fraction": fraction if fraction is not None else float("nan"),
     }
 

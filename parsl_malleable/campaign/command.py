@@ -7,12 +7,16 @@ import logging
 import signal
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 from rich.console import Console
 from rich.live import Live
 
 from parsl_malleable.errors import ConfigError
+
+if TYPE_CHECKING:  # the runner imports Parsl; --help must stay light
+    from parsl_malleable.campaign.runner import CampaignRunner
 
 LIVE_AFTER_S = 1.0  # seconds between refreshes of the live view
 LOG_EVERY_S = 15.0  # without a terminal: one summary line this often
@@ -123,10 +127,8 @@ def run(
         raise SystemExit(3)
 
 
-def _summary_line(runner: object) -> str:
-    from parsl_malleable.campaign.runner import CampaignRunner
-
-    assert isinstance(runner, CampaignRunner) and runner.store is not None
+def _summary_line(runner: CampaignRunner) -> str:
+    assert runner.store is not None
     rows = runner.store.jobs()
     done = sum(1 for r in rows if r.status == "done")
     site = runner.last_site

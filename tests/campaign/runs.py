@@ -8,8 +8,6 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -114,16 +112,6 @@ def processes_of(output: Path, run: int) -> list[int]:
         if state != "Z" and tag in environ.split(b"\0"):
             found.append(int(entry.name))
     return found
-
-
-def wait_for(predicate: Callable[[], bool], timeout_s: float, step_s: float = 0.5) -> bool:
-    """Poll until ``predicate`` holds; whether it did within ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(step_s)
-    return predicate()
 
 
 def kill(pids: list[int]) -> None:

@@ -14,6 +14,7 @@ import pytest
 
 from apps.digits import load_data
 from tests.campaign import runs
+from tests.provider.conftest import wait_for
 from tests.schedulers.conftest import SlurmCluster
 
 pytestmark = pytest.mark.slow
@@ -90,7 +91,7 @@ def test_a_killed_driver_leaves_nothing_running_and_the_rerun_finishes_every_job
                 list((output / "checkpoints" / n).glob("*.pt")) for n in unfinished
             )
 
-        assert runs.wait_for(one_done_one_checkpointed, 300), runs.query(
+        assert wait_for(one_done_one_checkpointed, 300), runs.query(
             output, "SELECT name, status FROM jobs"
         )
         assert runs.processes_of(output, 1), "the run's processes carry its tag"
@@ -105,9 +106,7 @@ def test_a_killed_driver_leaves_nothing_running_and_the_rerun_finishes_every_job
             if list((output / "checkpoints" / n).glob("*.pt"))
         }
         # The watchdog kills the interchange, the emulated site's nodes die with their driver.
-        assert runs.wait_for(lambda: not runs.processes_of(output, 1), 60), runs.processes_of(
-            output, 1
-        )
+        assert wait_for(lambda: not runs.processes_of(output, 1), 60), runs.processes_of(output, 1)
     finally:
         runs.kill(runs.processes_of(output, 1))
         if first.poll() is None:
@@ -154,7 +153,7 @@ def test_the_same_campaign_runs_on_the_local_slurm_cluster(
         )
         return out.stdout.count("pm-block")
 
-    assert runs.wait_for(lambda: blocks_left() == 0, 60), "blocks outlived the campaign"
+    assert wait_for(lambda: blocks_left() == 0, 60), "blocks outlived the campaign"
 
 
 def test_sigterm_stops_the_run_cleanly_and_keeps_it_resumable(
@@ -166,7 +165,7 @@ def test_sigterm_stops_the_run_cleanly_and_keeps_it_resumable(
         runs.command(campaign, output), env=runs.env(), stdout=subprocess.PIPE, text=True
     )
     try:
-        assert runs.wait_for(lambda: runs.query(output, "SELECT 1 FROM site_samples"), 120)
+        assert wait_for(lambda: runs.query(output, "SELECT 1 FROM site_samples"), 120)
         driver.send_signal(signal.SIGTERM)
         out, _ = driver.communicate(timeout=120)
     finally:
@@ -179,5 +178,5 @@ def test_sigterm_stops_the_run_cleanly_and_keeps_it_resumable(
     assert statuses <= {"running", "waiting"}  # nothing marked done or failed by the stop
     assert (output / "results.csv").exists()
     # A clean stop cleaned up itself: the watchdog had nothing to do, no process is left.
-    assert runs.wait_for(lambda: not runs.processes_of(output, 1), 30), runs.processes_of(output, 1)
+    assert wait_for(lambda: not runs.processes_of(output, 1), 30), runs.processes_of(output, 1)
     assert not (output / "lifeline.json").exists()

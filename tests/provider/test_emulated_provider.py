@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import time
@@ -17,20 +18,15 @@ from parsl_malleable.harvest.ledger import JobRecord, Phase
 from parsl_malleable.harvest.states import CancelReason
 from parsl_malleable.provider import BackfillProvider, harvest_executor
 from parsl_malleable.schedulers.emulated import EmulatedSite
+from tests.provider.conftest import wait_for as poll_until
 
 Make = Callable[..., BackfillProvider]
 # HTEX starts process_worker_pool.py by name: this interpreter's bin/ goes first on PATH.
 PATH = {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
 
 
-def wait_for(predicate: Callable[[], bool], timeout_s: float, step_s: float = 0.1) -> bool:
-    """Poll ``predicate`` until it holds or ``timeout_s`` passes; whether it held."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(step_s)
-    return predicate()
+# Polls as often as this site changes; the helper is the provider tests' own.
+wait_for = functools.partial(poll_until, step_s=0.1)
 
 
 def swf(path: Path, nodes: int, *rows: tuple[int, float, float, float, int, float]) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import signal
@@ -27,19 +28,14 @@ from parsl_malleable.schedulers.emulated_trace import (
 from parsl_malleable.schedulers.records import JobState
 from parsl_malleable.sim.simulate import simulate
 from parsl_malleable.windows.snapshot import NodeState
+from tests.provider.conftest import wait_for as poll_until
 
 REPO = Path(__file__).resolve().parents[2]
 Make = Callable[..., EmulatedSite]
 
 
-def wait_for(predicate: Callable[[], bool], timeout_s: float, step_s: float = 0.05) -> bool:
-    """Poll ``predicate`` until it holds or ``timeout_s`` passes; whether it held."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(step_s)
-    return predicate()
+# Polls as often as this site changes; the helper is the provider tests' own.
+wait_for = functools.partial(poll_until, step_s=0.05)
 
 
 def group_members(pgid: int) -> list[int]:
