@@ -7,8 +7,11 @@ is usable in segments ``1..b`` only.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 from parsl_malleable.allocate.errors import AllocationInputError
 from parsl_malleable.allocate.spec import NodeWindow, TrainingJob
@@ -59,16 +62,58 @@ def _remaining_by_node(
     return {node: remaining.get(node, default_s) for node in nodes}
 
 
-def _class_ends(values: Sequence[float], max_classes: int) -> list[float]:
-    """Class boundaries: distinct values, or equal-population groups when there are too many."""
-    distinct = sorted(set(values))
-    if len(distinct) <= max_classes:
+# Candidate class ends tried by the search: more is slower (quadratic) and gains little, since
+# a node's planned stay is rounded down to the nearest candidate at most.
+MAX_CANDIDATES = 256
+
+
+def _candidates(values: np.ndarray) -> np.ndarray:
+    """Distinct window lengths, thinned to evenly spaced ranks when there are too many."""
+    distinct = np.unique(values)
+    if len(distinct) <= MAX_CANDIDATES:
         return distinct
-    ordered = sorted(values)
-    ends: list[float] = []
-    for k in range(1, max_classes + 1):
-        ends.append(ordered[min(len(ordered) - 1, (k * len(ordered)) // max_classes - 1)])
-    return sorted(set(ends))
+    ranks = np.linspace(0, len(values) - 1, MAX_CANDIDATES).round().astype(int)
+    return np.unique(np.sort(values)[ranks])
+
+
+def _class_ends(values: Sequence[float], max_classes: int) -> list[float]:
+    """At most ``max_classes`` class ends that keep the most planned node-seconds.
+
+    A node is planned to stay until the largest end at or below its window, so every end is
+    some node's window and choosing them is a small dynamic programme over the sorted
+    candidates: ``best[k][i]`` is the most node-seconds nodes with windows ``>= c[i]`` can keep
+    with ``k`` ends, the first at ``c[i]``. Equal-population groups (the earlier rule) planned a
+    whole class to its shortest member: with Summit's heavy-tailed windows, a 1.5 s window set
+    the end of a quarter of the nodes that stayed up to 7 minutes.
+    """
+    if not values:
+        return []
+    array = np.asarray(values, dtype=float)
+    distinct = np.unique(array)
+    if len(distinct) <= max_classes:
+        return distinct.tolist()
+    cand = _candidates(array)
+    # at_least[i]: nodes whose window reaches candidate i
+    at_least = len(array) - np.searchsorted(np.sort(array), cand, side="left")
+    size = len(cand)
+    later = np.triu(np.ones((size, size), dtype=bool), k=1)  # later[i, j]: j > i
+    gain = cand[:, None] * (at_least[:, None] - at_least[None, :])  # c_i kept until c_j
+    best = cand * at_least  # one end, at candidate i
+    choice = []
+    for _ in range(max_classes - 1):
+        total = np.where(later, gain + best[None, :], -np.inf)
+        nxt = np.argmax(total, axis=1)
+        keep = total[np.arange(size), nxt] > best
+        choice.append(np.where(keep, nxt, -1))
+        best = np.where(keep, total[np.arange(size), nxt], best)
+    first = int(np.argmax(best))
+    ends, i = [float(cand[first])], first
+    for step in reversed(choice):
+        if step[i] < 0:
+            break
+        i = int(step[i])
+        ends.append(float(cand[i]))
+    return ends
 
 
 def classify(
@@ -83,8 +128,9 @@ def classify(
     """Bucket free and held nodes into at most ``max_classes`` horizon classes.
 
     A node's class end is the shortest window in its class (a node is never assumed to stay
-    longer than predicted). Windows are capped at ``max_horizon_s``. Nodes without a window
-    stay ``default_window_s``.
+    longer than predicted); the ends are chosen to keep the most planned node-seconds, and free
+    nodes shorter than the first end are left out of the plan. Windows are capped at
+    ``max_horizon_s``. Nodes without a window stay ``default_window_s``.
     """
     if max_classes < 1:
         raise AllocationInputError(f"max_classes must be >= 1, got {max_classes}")
@@ -113,12 +159,16 @@ def classify(
     }
     usable = {n: r for n, r in remaining.items() if r > 0}
     ends = _class_ends(list(usable.values()), max_classes)
+    held_nodes = set(owner)
+    if ends and any(r < ends[0] for n, r in usable.items() if n in held_nodes):
+        # A job's node is never dropped from the plan for being short: an extra class ends
+        # with the shortest such window (the job shrinks then, not now).
+        ends.insert(0, min(r for r in usable.values()))
+    # Nodes whose window ends before the first class are left out of the plan (they stay free).
+    usable = {n: r for n, r in usable.items() if ends and r >= ends[0]}
 
     def class_of(r: float) -> int:
-        for b, end in enumerate(ends):
-            if r <= end:
-                return b
-        return len(ends) - 1  # pragma: no cover - r never exceeds the largest end
+        return bisect.bisect_right(ends, r) - 1
 
     node_class = {n: class_of(r) for n, r in usable.items()}
 

@@ -83,14 +83,33 @@ def test_classes_are_conservative_and_nested():
         max_horizon_s=2000.0,
         max_classes=2,
     )
-    # Two classes by node count: {100, 100, 150} then {900, 900, 2000}; each ends at its
-    # shortest member, so no node is planned beyond its window.
-    assert classes.ends == (100.0, 900.0)
-    assert classes.lengths == (100.0, 800.0)
-    assert set(classes.free[0]) == {"f0", "f1"} and set(classes.free[1]) == {"f2", "f4"}
-    assert classes.held["j"] == (("h0",), ("h1",))
+    # Two classes keep the most node-seconds with ends 900 (f2, h1) and 2000 (f4); the job's
+    # short node h0 is never dropped, so a third class ends at the shortest window, 100 s, and
+    # holds every node shorter than 900 s. No node is planned beyond its window.
+    assert classes.ends == (100.0, 900.0, 2000.0)
+    assert classes.lengths == (100.0, 800.0, 1100.0)
+    assert set(classes.free[0]) == {"f0", "f1"}
+    assert classes.free[1:] == (("f2",), ("f4",))
+    assert classes.held["j"] == (("h0",), ("h1",), ())
     assert "f3" not in classes.remaining  # window already over
     assert classes.capacity(0) == 3
+
+
+def test_classes_keep_the_most_node_seconds_and_leave_short_free_nodes_out():
+    # The equal-population rule put the 1 s window with the 400 s ones and planned all four
+    # for 1 s; the chosen ends keep 3 x 400 + 2 x 3600 node-seconds and leave the 1 s node free.
+    windows = [NodeWindow((f"n{i}",), w) for i, w in enumerate([1, 400, 400, 400, 3600, 3600])]
+    classes = classify(
+        [],
+        [w.nodes[0] for w in windows],
+        windows,
+        default_window_s=3600.0,
+        max_horizon_s=3600.0,
+        max_classes=2,
+    )
+    assert classes.ends == (400.0, 3600.0)
+    assert "n0" not in classes.remaining
+    assert sum(e * len(f) for e, f in zip(classes.ends, classes.free, strict=True)) == 8400.0
 
 
 def test_workload_loads_shared_csvs(bftrainer_dir):
