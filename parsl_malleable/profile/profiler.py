@@ -98,6 +98,9 @@ class ScalabilityProfiler:
         # keep each job's model until it gets a new sample.
         self._samples: dict[str, int] = defaultdict(int)
         self._fits: dict[str, tuple[int, CurveModel]] = {}
+        # Predicting at the grid costs milliseconds too (a dozen models): keep each job's curves,
+        # per (max_nodes, sizes), until it gets a new sample. ScalingCurve is immutable.
+        self._curves: dict[str, tuple[int, dict[tuple[int, ...], ScalingCurve]]] = {}
 
     def record(self, job: str, world_size: int, samples_per_s: float) -> None:
         """One throughput sample of ``job`` running on ``world_size`` nodes."""
@@ -170,9 +173,15 @@ class ScalabilityProfiler:
         model = self.fit(job)
         if sizes is None:
             sizes = {*(n for n in model.measured if n <= max_nodes), *size_grid(max(1, max_nodes))}
-        points = sorted({int(n) for n in sizes if 1 <= n <= max_nodes})
-        rates, errors = model.predict(points)
-        return ScalingCurve(tuple(points), tuple(rates), tuple(errors))
+        points = tuple(sorted({int(n) for n in sizes if 1 <= n <= max_nodes}))
+        count, cached = self._curves.get(job, (-1, {}))
+        if count != self._samples[job]:
+            cached = {}
+            self._curves[job] = (self._samples[job], cached)
+        if points not in cached:
+            rates, errors = model.predict(points)
+            cached[points] = ScalingCurve(points, tuple(rates), tuple(errors))
+        return cached[points]
 
     def next_size(
         self,

@@ -116,3 +116,15 @@ def test_allocator_consumes_profiled_curves(bftrainer_dir):
     assert alloc.nodes[real[0].name] == 16 and alloc.nodes[real[1].name] == 4
     truth = [replace(j, max_nodes=16) for j in real]
     assert allocate(truth, [f"n{i}" for i in range(20)], solver="cbc").nodes == alloc.nodes
+
+
+def test_curve_is_cached_until_the_next_sample():
+    # The controller asks for every job's curve at every decision: a repeat is a lookup.
+    prof = noisy_profiler([1, 2, 4, 8, 16, 32, 64], per_size=3, noise=0.05)
+    first = prof.curve("j", 64)
+    assert prof.curve("j", 64) is first
+    assert prof.curve("j", 32) is not first
+    assert prof.curve("j", 32).nodes == (1, 2, 4, 8, 16, 32)
+    prof.record("j", 64, true_rate(64))
+    again = prof.curve("j", 64)
+    assert again is not first and again.throughput != first.throughput
