@@ -4,20 +4,23 @@ For every distinct curve of every ``*-scaling.csv`` workload, every starting siz
 {1, 2, 4, ..., 64} up to the curve's largest node count and ``--seeds`` noise seeds, a simulated
 job is profiled for 20 samples (5 % noise); printed per workload and starting size: the worst
 relative error of ``profiler.curve(job, max)`` over every whole node count 1..max after 5, 10
-and 20 samples (median over curves and seeds) and the share of runs within 5 % after 20.
+and 20 samples (median over curves and seeds) and the share of runs within 5 % after 20;
+then the cost of ``curve()`` for a job with 20 samples (the controller calls it for every job at
+every decision).
 
 ``new`` is the profiler as it is (``next_size`` exploration, Gaussian-process curve model).
 ``old`` is the profiler before it, in the same run: the parametric ``a/n + b + c*n`` fit with
 sample means at measured sizes, exploring where ``suggest_exploration`` says (neighbouring
 powers of two, horizon 3600 s, default pauses) and staying put when it says nothing.
 
-    python benchmarks/bench_profile_accuracy.py              # about 5 minutes on 2 cores
+    python benchmarks/bench_profile_accuracy.py              # about 80 s on 2 cores
     python benchmarks/bench_profile_accuracy.py --seeds 3    # about 1.5 minutes
 """
 
 from __future__ import annotations
 
 import argparse
+import random
 import statistics
 import sys
 import time
@@ -110,6 +113,26 @@ def run_all(curve: ScalingCurve, seeds: int) -> dict[str, dict[int, list[Profili
     return result
 
 
+def curve_cost(repeats: int = 2000) -> tuple[float, float]:
+    """Milliseconds per ``curve(job, 64)`` for a job with 20 samples: the first call after a
+    sample (fit and prediction) and a repeated call (cached until the next sample)."""
+    rng = random.Random(0)
+    sizes = (1, 2, 4, 8, 16, 32, 64)
+    first = []
+    for trial in range(50):
+        prof = ScalabilityProfiler()
+        for i in range(20):
+            n = sizes[(i + trial) % len(sizes)]
+            prof.record("j", n, 1000.0 * n * (1 + rng.gauss(0.0, 0.05)))
+        began = time.perf_counter()
+        prof.curve("j", 64)
+        first.append(time.perf_counter() - began)
+    began = time.perf_counter()
+    for _ in range(repeats):
+        prof.curve("j", 64)
+    return 1e3 * statistics.median(first), 1e3 * (time.perf_counter() - began) / repeats
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=10, help="noise seeds per start (10)")
@@ -180,10 +203,23 @@ def main() -> None:
         print("| " + " | ".join(row) + " |")
     print()
     for kind in ("new", "old"):
+        every = [
+            r.worst_all[20]
+            for by_kind in runs.values()
+            for rs in by_kind[kind].values()
+            for r in rs
+        ]
+        share = sum(w <= TOLERANCE for w in every) / len(every)
         print(
             f"{kind}: {len(runs)} distinct curves; within 5 % after 20 samples in the median run "
-            f"from every start: {met[kind][0]}; in every run: {met[kind][1]}"
+            f"from every start: {met[kind][0]}; in every run: {met[kind][1]}; "
+            f"all {len(every)} runs: {100 * share:.1f} % within 5 %, worst {100 * max(every):.1f} %"
         )
+    uncached, cached = curve_cost()
+    print(
+        f"curve(job, 64) with 20 samples: {uncached:.2f} ms after a new sample (fit), "
+        f"{1e3 * cached:.1f} us repeated (cached)"
+    )
     print(f"({time.perf_counter() - began:.0f} s)")
 
 
