@@ -86,7 +86,8 @@ def _pct(x: float) -> str:
 @click.option(
     "--calibrate",
     is_flag=True,
-    help="Also score the quantile recalibrated online from windows that have ended.",
+    help="Also score the quantile recalibrated online from windows that have ended "
+    "(the draws' level, and the conformal factor; with coverage at q and 0.5).",
 )
 @click.option(
     "--plot",
@@ -123,7 +124,7 @@ def windows(
     from parsl_malleable.traces.command import report_lines
     from parsl_malleable.traces.read import read_trace
     from parsl_malleable.windows.accounting import BlockCosts
-    from parsl_malleable.windows.evaluate import CHOICES, EvalConfig, evaluate
+    from parsl_malleable.windows.evaluate import EvalConfig, evaluate
 
     config = EvalConfig(
         policy=policy,
@@ -168,10 +169,7 @@ def windows(
     ):
         table.add_column(col, justify="left" if col == "predictor" else "right")
     rows = result.table()
-    names = CHOICES[choose]
-    if calibrate and "corrected" in names:
-        names = ("corrected", "calibrated", *names[1:])
-    for row, name in zip(rows.itertuples(), names, strict=True):
+    for row, name in zip(rows.itertuples(), result.names(), strict=True):
         h = result.harvest[name]
         table.add_row(
             row.predictor,
@@ -192,6 +190,12 @@ def windows(
         f"{result.native_ends:,} idle intervals (> start-up) ended by a native job: a policy "
         "that harvests every hole to its end yields about once per interval"
     )
+    if calibrate:
+        for row in result.coverage().itertuples():
+            console.print(
+                f"q={row.quantile:g} {row.method}: over-predicted {_pct(row.over_predicted)} "
+                f"of {row.windows:,} windows (target about {_pct(row.quantile)})"
+            )
     if plot is not None:
         from parsl_malleable.windows.plots import plot_predicted_vs_actual
 

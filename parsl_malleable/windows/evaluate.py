@@ -1,10 +1,11 @@
 """Replay a trace, predict every idle node's window at its events, and score the predictions.
 
-One pass over the replay's scheduling events serves four harvesting policies at once
+One pass over the replay's scheduling events serves the harvesting policies at once
 (:mod:`parsl_malleable.windows.accounting`): blocks sized by the corrected prediction's
 quantile (``corrected``), by the corrected draws' expected net harvest (``expected``,
-:mod:`parsl_malleable.windows.choose`), by the naive planner (limits only), and an oracle that
-knows each window.
+:mod:`parsl_malleable.windows.choose`), by the naive planner (limits only), by the quantile
+recalibrated online (``calibrated``: the draws' level, ``conformal``: a conformal factor; with
+``calibrate``), and an oracle that knows each window.
 At every scheduling event where some node is idle, the state becomes a :class:`Snapshot` and
 goes through the same :class:`WindowPredictor` the provider uses; every idle hole node's
 prediction is compared with what actually happened.
@@ -19,6 +20,13 @@ so the evaluation covers ``segments`` contiguous runs of ``segment_events`` even
 evenly over the trace after the warm-up. Blocks, oracle and accuracy all use the same runs.
 The early-end and arrival models are learned online: at the start of each run and every
 ``refit_every`` seconds, from the jobs that had ended (been submitted) by then.
+
+Calibration is strictly online too: an outcome (how long a node stayed idle) reaches a
+calibrator only once it is known in the replay (see
+:class:`~parsl_malleable.windows.calibrate.WindowCalibration`). The conformal calibrator also
+sees the ``calibration_events`` scheduling events before each run (predictions made and
+recorded, nothing scored), as a provider running continuously would have; the runs themselves
+are then scored out of sample, each prediction calibrated only from earlier outcomes.
 """
 
 from __future__ import annotations
@@ -41,13 +49,15 @@ from parsl_malleable.windows.accounting import (
     oracle_harvest,
 )
 from parsl_malleable.windows.arrivals import ArrivalModel
-from parsl_malleable.windows.calibrate import QuantileCalibration, pit
+from parsl_malleable.windows.calibrate import QuantileCalibration, WindowCalibration, pit
 from parsl_malleable.windows.choose import expected_lengths
 from parsl_malleable.windows.predict import WindowPredictor
 from parsl_malleable.windows.replay import ReplayState
 from parsl_malleable.windows.runtime_model import RuntimeRatioModel
 
-POLICY_NAMES = ("corrected", "expected", "naive", "calibrated")
+POLICY_NAMES = ("corrected", "expected", "naive", "calibrated", "conformal")
+# the second quantile whose coverage is scored (no blocks): the median window
+MEDIAN = 0.5
 CHOICES = {"quantile": ("corrected", "naive"), "expected": ("expected", "naive")}
 CHOICES["both"] = ("corrected", "expected", "naive")
 
@@ -67,8 +77,11 @@ class EvalConfig:
     segments: int = 4
     segment_events: int | None = 500  # None: one run over every event after the warm-up
     arrivals: bool = True  # resample recent submissions as future jobs
-    # also score the quantile recalibrated online from resolved windows (calibrate.py)
+    # also score the quantile recalibrated online from resolved windows (calibrate.py): the
+    # draws' level (``calibrated``) and the conformal factor (``conformal``)
     calibrate: bool = False
+    # scheduling events before each run whose predictions only feed the conformal calibrator
+    calibration_events: int = 250
     max_pending: int | None = 1000  # plan only the head of very long queues (speed)
     seed: int = 0
 
@@ -99,6 +112,50 @@ class EvalResult:
             for name, (predicted, actual, censored) in self.blocks.items()
         }
 
+    def names(self) -> tuple[str, ...]:
+        """The policies of :meth:`table`'s rows, in order."""
+        names = CHOICES[self.config.choose]
+        if self.config.calibrate and "corrected" in names:
+            names = ("corrected", "calibrated", "conformal", *names[1:])
+        return names
+
+    def coverage(self) -> pd.DataFrame:
+        """Per quantile window (the configured one and the median) and method, the fraction
+        of windows over-predicted (a block of that length would have been cut by the native
+        job), which should be about the quantile.
+
+        A window still idle at the end of the run (censored) counts as not over-predicted when
+        the prediction is shorter than what was seen (it is known to have lasted longer), and
+        is left out otherwise (unknown), instead of being dropped altogether: dropping every
+        censored window would drop the long ones and inflate the figure.
+        """
+        p = self.pairs
+        censored = p["censored"].to_numpy(dtype=bool)
+        actual = p["actual"].to_numpy(dtype=float)
+        columns = {
+            (self.config.quantile, "corrected"): "corrected",
+            (MEDIAN, "corrected"): "corrected50",
+        }
+        if self.config.calibrate:
+            columns[(self.config.quantile, "calibrated")] = "calibrated"
+            columns[(self.config.quantile, "conformal")] = "conformal"
+            columns[(MEDIAN, "conformal")] = "conformal50"
+        rows = []
+        for (q, method), col in columns.items():
+            pred = p[col].to_numpy(dtype=float)
+            over = (pred > actual) & ~censored
+            known = ~censored | (pred <= actual)
+            rows.append(
+                {
+                    "quantile": q,
+                    "method": method,
+                    "windows": int(known.sum()),
+                    "over_predicted": float(over.sum() / known.sum()) if known.any() else math.nan,
+                    "median_h": float(np.median(pred)) / 3600 if len(pred) else math.nan,
+                }
+            )
+        return pd.DataFrame(rows)
+
     def table(self) -> pd.DataFrame:
         """One row per predictor of ``config.choose``: accuracy and harvest figures.
         ``yields``: blocks cut by the native job (each an unplanned shrink of the training
@@ -109,12 +166,10 @@ class EvalResult:
             "corrected": f"corrected q={self.config.quantile:g}",
             "expected": "corrected expected",
             "calibrated": f"calibrated q={self.config.quantile:g}",
+            "conformal": f"conformal q={self.config.quantile:g}",
             "naive": "naive",
         }
-        names = CHOICES[self.config.choose]
-        if self.config.calibrate and "corrected" in names:
-            names = ("corrected", "calibrated", *names[1:])
-        for name in names:
+        for name in self.names():
             err = pairs[name] - pairs["actual"]
             h = self.harvest[name]
             harvest_h = h["harvest"] / 3600
@@ -199,8 +254,20 @@ def evaluate(
     oracle = 0.0
     native_ends = 0
     calibration = QuantileCalibration() if config.calibrate else None
+    if config.calibrate:
+        # the conformal calibrator's outcomes: the whole replay, each used only once known
+        predictor.calibration = WindowCalibration()
+    all_times = state.event_times()
+    outcomes = (
+        IdleTimeline(
+            *idle, float(idle[1].min(initial=0.0)) - 1.0, float(idle[2].max(initial=0.0)) + 1.0
+        )
+        if config.calibrate
+        else None
+    )
     events = predictions = 0
     spans: list[tuple[float, float]] = []
+    done = float(sim.stats.window_start)  # the replay has been advanced to here
     for times in periods:
         t0, t1 = float(times[0]), float(times[-1]) if len(times) > 1 else float(times[0]) + 1
         if len(times) > 1:
@@ -212,8 +279,20 @@ def evaluate(
         native_ends += int(
             np.sum((timeline.end < timeline.t1) & (timeline.lengths() > config.costs.startup))
         )
-        run = _Run(state, predictor, timeline, config, sim.nodes, calibration)
-        next_fit = t0
+        run = _Run(state, predictor, timeline, config, sim.nodes, calibration, outcomes)
+        if predictor.calibration is not None and config.calibration_events > 0:
+            # predictions before the run only feed the conformal calibrator (nothing scored):
+            # a provider running continuously would have seen them
+            i0 = int(np.searchsorted(all_times, t0))
+            burn = all_times[max(0, i0 - config.calibration_events) : i0]
+            burn = burn[burn > done]
+            next_fit = -math.inf
+            for t in burn:
+                if t >= next_fit:
+                    _refit(predictor, history, float(t), config.arrivals)
+                    next_fit = float(t) + config.refit_every
+                run.native_event(float(t), score=False)
+        next_fit = t0  # refit at the run's start, as without the burn-in: same predictions
         for t in times:
             if t >= next_fit:
                 _refit(predictor, history, float(t), config.arrivals)
@@ -226,6 +305,7 @@ def evaluate(
         for name in POLICY_NAMES:
             totals[name].append(run.policies[name])
         spans.append((t0, t1))
+        done = t1
     blocks = {
         name: tuple(
             np.concatenate(part) for part in zip(*(p.blocks() for p in states), strict=True)
@@ -264,6 +344,9 @@ _PAIR_COLUMNS = (
     "corrected",
     "expected",
     "calibrated",
+    "conformal",
+    "corrected50",
+    "conformal50",
     "actual",
     "censored",
 )
@@ -280,8 +363,12 @@ class _Run:
         config: EvalConfig,
         n_nodes: int,
         calibration: QuantileCalibration | None = None,
+        outcomes: IdleTimeline | None = None,
     ) -> None:
         self.calibration = calibration
+        # the conformal calibrator's outcomes: the whole replay, not cut at the run's end (an
+        # outcome is used only once known, see WindowCalibration)
+        self.outcomes = outcomes
         self.level = config.quantile  # the calibrated policy's draws level
         self.next_level = -math.inf
         self.state = state
@@ -293,31 +380,46 @@ class _Run:
         # absolute window ends of the last prediction, per node: naive and the draws
         self.naive_end = np.full(n_nodes, -math.inf)
         self.draw_end = np.full((max(config.samples, 1), n_nodes), -math.inf)
+        # per node, whether its last prediction's naive window was the horizon (its class)
+        self.naive_free = np.zeros(n_nodes, dtype=bool)
         self.predictions = 0
         self._pairs: list[tuple[np.ndarray, ...]] = []
 
-    def native_event(self, t: float) -> None:
-        """Process block endings before ``t``, then the scheduling event at ``t``."""
-        self._wake_until(t)
+    def native_event(self, t: float, score: bool = True) -> None:
+        """Process block endings before ``t``, then the scheduling event at ``t``.
+        ``score=False`` (the calibration burn-in): only predict and feed the calibrator."""
+        if score:
+            self._wake_until(t)
         self.state.advance(t)
         idle = self.state.idle_ids()
         if not len(idle):
             return
         nw = self.predictor.node_windows(self.state.snapshot(self.config.policy))
-        self.predictions += 1
         ids = self.state.ids_of(nw.names)
+        q = self.config.quantile
+        conformal = {level: nw.length(level) for level in (q, MEDIAN)}  # before recording
+        if nw.calibration is not None and nw.samples.shape[0] and self.outcomes is not None:
+            # the whole outcome is handed over now, but the calibrator uses it only from
+            # t + actual on (strictly online); windows past the replay's end stay censored
+            actual = self.outcomes.remaining(ids, t)
+            complete = t + actual < self.outcomes.t1
+            for level in (q, MEDIAN):
+                nw.record_outcome(level, actual, complete)
+        if not score:
+            return
+        self.predictions += 1
         self.naive_end[idle] = t  # idle but taken now: not a hole
         self.draw_end[:, idle] = t
         # a window at the horizon means "not needed within it": a fresh prediction later
         # would say the horizon again, so keep those ends unbounded
         horizon = self.config.horizon
         self.naive_end[ids] = np.where(nw.naive >= horizon, math.inf, t + nw.naive)
-        corrected = nw.length(self.config.quantile)
+        corrected = nw.draws_length(q)
         expected = nw.expected(self.config.costs)
         if self.calibration is not None and t >= self.next_level:
             self.level = self.calibration.level(self.config.quantile, t)
             self.next_level = t + 3600.0  # hourly: the level moves slowly
-        calibrated = nw.length(self.level)
+        calibrated = nw.draws_length(self.level)
         if nw.samples.shape[0]:
             self.draw_end[: nw.samples.shape[0], ids] = np.where(
                 nw.samples >= horizon, math.inf, t + nw.samples
@@ -336,6 +438,9 @@ class _Run:
                 corrected[seen],
                 expected[seen],
                 calibrated[seen],
+                conformal[q][seen],
+                nw.draws_length(MEDIAN)[seen],
+                conformal[MEDIAN][seen],
                 capped[seen],
                 (t + actual[seen] >= self.timeline.t1) & (actual[seen] < horizon),
             )
@@ -345,6 +450,9 @@ class _Run:
         self._place("expected", ids, t, expected)
         if self.calibration is not None:
             self._place("calibrated", ids, t, calibrated)
+        if nw.calibration is not None:
+            self._place("conformal", ids, t, conformal[q])
+            self.naive_free[ids] = nw.naive >= horizon
             resolved = seen & (t + actual < self.timeline.t1)
             if nw.samples.shape[0] and resolved.any():
                 # known once the window has ended (or reached the horizon)
@@ -380,6 +488,17 @@ class _Run:
                 elif len(left):
                     level = self.level if name == "calibrated" else self.config.quantile
                     length = float(np.quantile(left, level, method="lower"))
+                    cal = self.predictor.calibration
+                    if name == "conformal" and cal is not None:
+                        # the same factor as at the prediction, for the surviving draws' base
+                        base = np.array([min(length, naive_left)])
+                        naive = np.array(
+                            [self.config.horizon if self.naive_free[node] else naive_left]
+                        )
+                        groups = cal.groups(base, naive, self.config.horizon)
+                        length = float(
+                            cal.adjust(level, base, groups, np.array([naive_left]), w)[0]
+                        )
                 else:
                     length = 0.0
                 length = min(length, self.naive_end[node] - w)  # as NodeWindows.length

@@ -20,6 +20,7 @@ import pandas as pd
 
 from parsl_malleable.windows.accounting import BlockCosts
 from parsl_malleable.windows.arrivals import ArrivalModel
+from parsl_malleable.windows.calibrate import WindowCalibration
 from parsl_malleable.windows.choose import expected_lengths
 from parsl_malleable.windows.planner import (
     PlanInput,
@@ -41,7 +42,9 @@ class NodeWindows:
 
     ``names`` excludes nodes that a pending job takes now (they are not holes). ``samples`` has
     shape ``(draws, len(names))``; with no draws it has zero rows and :meth:`length` falls back
-    to ``naive``. Lengths are capped at ``horizon``.
+    to ``naive``. Lengths are capped at ``horizon``. ``calibration``: when set (the predictor's
+    :class:`~parsl_malleable.windows.calibrate.WindowCalibration`), :meth:`length` returns the
+    recalibrated quantile; :meth:`draws_length` is always the draws' own.
     """
 
     now: float
@@ -50,15 +53,51 @@ class NodeWindows:
     samples: np.ndarray
     horizon: float
     checked: CheckedSnapshot
+    calibration: WindowCalibration | None = None
 
-    def length(self, quantile: float) -> np.ndarray:
-        """Per node, the ``quantile`` of its window length, at most the naive window."""
+    def draws_length(self, quantile: float) -> np.ndarray:
+        """Per node, the ``quantile`` of its sampled window lengths, at most the naive window
+        (the naive window without draws)."""
         if not 0.0 <= quantile <= 1.0:
             raise ValueError(f"quantile must be in [0, 1], got {quantile}")
         if self.samples.shape[0] == 0:
             return self.naive.copy()
         # never promise a node past the scheduler's current plan for it
         return np.minimum(np.quantile(self.samples, quantile, axis=0, method="lower"), self.naive)
+
+    def calibration_groups(self, quantile: float) -> np.ndarray:
+        """Per node, its calibration group (node-state class x horizon bucket of the draws'
+        ``quantile``); needs :attr:`calibration`."""
+        if self.calibration is None:
+            raise ValueError("these windows have no calibration")
+        return self.calibration.groups(self.draws_length(quantile), self.naive, self.horizon)
+
+    def length(self, quantile: float) -> np.ndarray:
+        """Per node, the ``quantile`` of its window length, at most the naive window:
+        recalibrated online when the predictor has a calibration (and draws), else the draws'
+        own quantile."""
+        base = self.draws_length(quantile)
+        if self.calibration is None or self.samples.shape[0] == 0:
+            return base
+        groups = self.calibration.groups(base, self.naive, self.horizon)
+        return self.calibration.adjust(quantile, base, groups, self.naive, self.now)
+
+    def record_outcome(
+        self, quantile: float, actual: np.ndarray, complete: np.ndarray | bool = True
+    ) -> None:
+        """Tell the calibration how long each node actually stayed idle after :attr:`now`
+        (``complete`` False where it was still idle when last seen: at least ``actual``).
+        The calibration uses each outcome only from ``now + actual`` on, so this may be called
+        at any time, e.g. right after the prediction in a replay."""
+        if self.calibration is None:
+            raise ValueError("these windows have no calibration")
+        base = self.draws_length(quantile)
+        groups = self.calibration.groups(base, self.naive, self.horizon)
+        actual = np.minimum(np.asarray(actual, dtype=float), self.horizon)
+        # a window that reached the horizon is only known to be at least that long
+        complete = np.asarray(complete, dtype=bool) & (actual < self.horizon)
+        predicted = self.calibration.adjust(quantile, base, groups, self.naive, self.now)
+        self.calibration.record(quantile, self.now, base, groups, actual, complete, predicted)
 
     def expected(self, costs: BlockCosts | None = None) -> np.ndarray:
         """Per node, the block length with the largest expected net harvest under ``costs``
@@ -88,6 +127,7 @@ class WindowPredictor:
     seed: int = 0
     max_pending: int | None = None
     draw_depth: float | None = 3.0
+    calibration: WindowCalibration | None = None
 
     @classmethod
     def from_history(
@@ -136,7 +176,7 @@ class WindowPredictor:
                 future = self.arrivals.sample(now, self.horizon, rng) if self.arrivals else None
                 used = first_use(plan, runs[d], future)[hole]
                 sampled[d] = np.minimum(used - now, self.horizon)
-        return NodeWindows(now, names, naive, sampled, self.horizon, checked)
+        return NodeWindows(now, names, naive, sampled, self.horizon, checked, self.calibration)
 
     def _draw_runs(self, plan: PlanInput, draws: int, rng: np.random.Generator) -> np.ndarray:
         if self.model is None:

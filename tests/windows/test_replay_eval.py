@@ -95,7 +95,8 @@ def test_evaluation_scores_are_bounded_by_the_oracle(small_trace, small_sim) -> 
     assert (result.pairs["corrected"] <= result.pairs["naive"] + 1e-9).all()
     assert (result.pairs["expected"] <= result.pairs["naive"] + 1e-9).all()
     assert (result.pairs["calibrated"] <= result.pairs["naive"] + 1e-9).all()
-    for name in ("corrected", "calibrated", "expected", "naive"):
+    assert (result.pairs["conformal"] <= result.pairs["naive"] + 1e-9).all()
+    for name in ("corrected", "calibrated", "conformal", "expected", "naive"):
         h = result.harvest[name]
         assert 0 < h["harvest"] / 3600 <= result.oracle_node_hours + 1e-9
         assert h["lost"] <= h["over_predicted"] * config.costs.commit_interval
@@ -103,13 +104,14 @@ def test_evaluation_scores_are_bounded_by_the_oracle(small_trace, small_sim) -> 
     assert list(table["predictor"]) == [
         "corrected q=0.1",
         "calibrated q=0.1",
+        "conformal q=0.1",
         "corrected expected",
         "naive",
     ]
     assert (table["yields"] <= table["blocks"]).all()
     # dearer commits only ever lose more
     dear = result.reaccount(BlockCosts(commit_interval=1800.0))
-    for name in ("corrected", "calibrated", "expected", "naive"):
+    for name in ("corrected", "calibrated", "conformal", "expected", "naive"):
         assert dear[name]["lost"] >= result.harvest[name]["lost"]
 
 
