@@ -9,12 +9,16 @@
    resampled arrivals (16 and 32 draws). Median of ``--repeat`` runs; target: corrected < 0.5 s.
 2. ``--traces``: the evaluation of every shared trace with the CLI defaults (2,000 events in 4
    runs; ``--all-events`` for wagap and hpc2n, which are cheap), printing the accuracy table
-   (corrected q=0.1, q=0.1 recalibrated online, corrected expected-harvest, naive), the same
-   blocks re-accounted at longer commit intervals, a second evaluation whose blocks are chosen
-   for a 30-minute commit, and the predicted-vs-actual PNGs written to ``docs/img/``.
+   (corrected q=0.1, q=0.1 recalibrated online by the draws' level and by the conformal
+   factor, corrected expected-harvest, naive), the coverage of the q=0.1 and q=0.5 windows
+   before (the draws' own quantile, and the draws'-level recalibration, same run) and after
+   (the conformal recalibration), the same blocks re-accounted at longer commit intervals, a
+   second evaluation whose blocks are chosen for a 30-minute commit, and the
+   predicted-vs-actual PNGs written to ``docs/img/``.
 
     python benchmarks/bench_windows.py               # about 30 s
-    python benchmarks/bench_windows.py --traces      # about 7 more minutes on 2 cores
+    python benchmarks/bench_windows.py --traces      # about 10 more minutes on 2 cores
+    python benchmarks/bench_windows.py --traces --no-speed   # the traces only
 """
 
 from __future__ import annotations
@@ -171,21 +175,47 @@ def bench_traces() -> None:
             if commit == 60.0:
                 for ci in (600.0, 1800.0):
                     h = result.reaccount(BlockCosts(commit_interval=ci))
-                    names = ("corrected", "calibrated", "expected", "naive")
+                    names = result.names()
                     table[f"of_oracle@{ci:.0f}s"] = [
                         h[n]["harvest"] / 3600 / result.oracle_node_hours for n in names
                     ]
                     table[f"lost@{ci:.0f}s"] = [h[n]["lost"] / h[n]["harvest"] for n in names]
                 plot_predicted_vs_actual(result, img / f"windows-{name.split('.')[0]}.png")
             print(table.round(3).to_string(index=False))
+            if calibrate:
+                print_coverage(name, result)
+
+
+def print_coverage(name: str, result) -> None:
+    """Over-predicted share of the q=0.1 and q=0.5 windows, before and after recalibration,
+    with the harvest of the q=0.1 blocks (the cost of shorter windows)."""
+    cov = result.coverage()
+    table = result.table().set_index("predictor")
+    harvest = {
+        "corrected": table.loc[f"corrected q={result.config.quantile:g}", "of_oracle"],
+        "calibrated": table.loc[f"calibrated q={result.config.quantile:g}", "of_oracle"],
+        "conformal": table.loc[f"conformal q={result.config.quantile:g}", "of_oracle"],
+    }
+    label = {"corrected": "before (draws)", "calibrated": "before (PIT level)"}
+    print(f"coverage {name} (over-predicted share; target: about the quantile)")
+    for row in cov.itertuples():
+        h = harvest[row.method] if row.quantile == result.config.quantile else None
+        print(
+            f"  q={row.quantile:<4g} {label.get(row.method, 'after (conformal)'):<20} "
+            f"over-predicted {100 * row.over_predicted:5.1f}% of {row.windows:,} windows; "
+            f"median window {row.median_h:.2f} h"
+            + (f"; q=0.1 blocks harvest {100 * h:.1f}% of the oracle" if h is not None else "")
+        )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--traces", action="store_true", help="also evaluate the shared traces")
+    parser.add_argument("--no-speed", action="store_true", help="skip the prediction timing")
     args = parser.parse_args()
-    bench_predict(args.repeat)
+    if not args.no_speed:
+        bench_predict(args.repeat)
     if args.traces:
         bench_traces()
 
