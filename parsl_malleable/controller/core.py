@@ -18,6 +18,7 @@ from a simulated clock. Both run exactly this code.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +36,9 @@ from parsl_malleable.errors import ConfigError
 from parsl_malleable.profile.profiler import ScalabilityProfiler
 
 logger = logging.getLogger(__name__)
+
+WindowSource = Callable[[Sequence[str], float], Mapping[str, float]]
+"""Predicted seconds each of the given nodes stays idle after ``now`` (missing: unknown)."""
 
 
 @dataclass(frozen=True)
@@ -56,10 +60,18 @@ class CoreSettings:
 
 
 class ControllerCore:
-    """Blocks + jobs + curves -> decisions -> orders. See the module docstring."""
+    """Blocks + jobs + curves -> decisions -> orders. See the module docstring.
 
-    def __init__(self, settings: CoreSettings | None = None) -> None:
+    ``windows`` predicts how long nodes stay usable where their block has no deadline (or a
+    later one): a node whose block may be taken back at any time (a preemptable block, an
+    idle-node trace) still gets a planning window.
+    """
+
+    def __init__(
+        self, settings: CoreSettings | None = None, windows: WindowSource | None = None
+    ) -> None:
         self.settings = settings or CoreSettings()
+        self.windows = windows
         policy = self.settings.policy
         self.profiler = ScalabilityProfiler(
             default_scale_up_s=policy.scale_up_s, default_scale_down_s=policy.scale_down_s
@@ -72,6 +84,7 @@ class ControllerCore:
         self._first_dirty: float | None = None
         self._last_event = 0.0
         self._new_measurements = False
+        self.progress: dict[str, float] = {}
 
     # ------------------------------------------------------------------ inputs
 
@@ -85,6 +98,7 @@ class ControllerCore:
     def end_job(self, name: str, now: float) -> None:
         """A job finished or failed: its nodes are free once its ranks have gone."""
         if self.jobs.pop(name, None) is not None:
+            self.progress.pop(name, None)
             self._touch(now, f"job {name} ended")
 
     def block_update(
@@ -138,6 +152,11 @@ class ControllerCore:
             self.profiler.record(job, nodes, samples_per_s)
             self._new_measurements = True
 
+    def report_progress(self, job: str, samples: float) -> None:
+        """``job`` has trained ``samples`` samples in all (the ``completion`` objective)."""
+        if job in self.jobs and samples >= 0:
+            self.progress[job] = samples
+
     def report_rescale(self, job: str, kind: str, seconds: float) -> None:
         """A rescale of ``job`` (``up``, ``down`` or ``start``) paused it ``seconds``."""
         if job in self.jobs and seconds >= 0:
@@ -151,6 +170,29 @@ class ControllerCore:
         if self._decision_due(now):
             self._decide(now)
         return self._enforce(now)
+
+    def next_due(self, now: float) -> float | None:
+        """When the next decision falls due if nothing else happens (None: not before an event).
+
+        A clock that jumps from event to event (the replay) sleeps until then.
+        """
+        times = []
+        if self._first_dirty is not None:
+            times.append(
+                min(
+                    self._last_event + self.settings.debounce_s,
+                    self._first_dirty + self.settings.max_delay_s,
+                )
+            )
+        elif self._new_measurements and self.decisions:
+            times.append(self.decisions[-1].time + self.settings.redecide_s)
+        margin = self.settings.drain_margin_s
+        times.extend(
+            b.deadline - margin
+            for b in self.blocks.values()
+            if b.deadline is not None and not b.yielding
+        )
+        return max(now, min(times)) if times else None
 
     def usable(self, node: NodeState, now: float) -> bool:
         """Whether new work may go to ``node`` (its block neither yields nor ends soon)."""
@@ -230,6 +272,12 @@ class ControllerCore:
             for node in self.nodes.values()
             if self.usable(node, now)
         }
+        if self.windows is not None and usable:
+            predicted = self.windows(list(usable), now)
+            for node_id, seconds in predicted.items():
+                known = usable.get(node_id)
+                if node_id in usable and (known is None or seconds < known):
+                    usable[node_id] = seconds
         holdings: dict[str, list[str]] = {name: [] for name in self.jobs}
         for node_id in usable:
             node = self.nodes[node_id]
@@ -244,6 +292,7 @@ class ControllerCore:
             remaining=usable,
             profiler=self.profiler,
             settings=self.settings.policy,
+            progress=self.progress,
         )
         self.decisions.append(decision)
         logger.info("%s", decision.summary())

@@ -19,7 +19,10 @@ class JobSpec:
 
     ``min_nodes``/``max_nodes`` bound its size whenever it runs (it may also get none);
     ``priority`` weighs its samples in the ``weighted`` objective; ``curve`` is its scalability
-    curve in samples/s per node count if the user knows it (else the profiler learns it).
+    curve in samples/s per node count if the user knows it (else the profiler learns it);
+    ``scale_up_s``/``scale_down_s`` are its rescale pauses if the user knows them (else the
+    profiler's measurements); ``samples`` is how many samples it must train in all, if known
+    (the ``completion`` objective needs it).
     """
 
     name: str
@@ -27,6 +30,9 @@ class JobSpec:
     max_nodes: int = 1024
     priority: float = 1.0
     curve: ScalingCurve | None = None
+    scale_up_s: float | None = None
+    scale_down_s: float | None = None
+    samples: float | None = None
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -38,6 +44,12 @@ class JobSpec:
             )
         if not math.isfinite(self.priority) or self.priority <= 0:
             raise ConfigError(f"job {self.name!r}: priority must be > 0; got {self.priority}")
+        for what in ("scale_up_s", "scale_down_s"):
+            value = getattr(self, what)
+            if value is not None and not (math.isfinite(value) and value >= 0):
+                raise ConfigError(f"job {self.name!r}: {what} must be >= 0; got {value}")
+        if self.samples is not None and not (math.isfinite(self.samples) and self.samples > 0):
+            raise ConfigError(f"job {self.name!r}: samples must be > 0; got {self.samples}")
 
 
 @dataclass

@@ -3,7 +3,12 @@
 A pure function of its inputs (no clock, no I/O), so the live controller and the replay make
 the same decision from the same state. Curves come from the user, else from the profiler's
 measurements with an optimistic bonus where it is unsure (so that unmeasured sizes get tried),
-else from a prior of linear scaling.
+else from a prior of linear scaling. ``curve_model="points"`` is MalleTrain's model instead:
+the measured points joined by straight lines, taken at face value.
+
+Objectives are the allocator's, plus ``completion``: each job's samples weighted by its priority
+over the samples it has left (relative to the mean), so that jobs near their end are finished
+first, as shortest-remaining-first does for the mean completion time.
 """
 
 from __future__ import annotations
@@ -15,9 +20,14 @@ from dataclasses import dataclass
 
 from parsl_malleable.allocate.api import allocate
 from parsl_malleable.allocate.curve import ScalingCurve
+from parsl_malleable.allocate.objectives import check_objective
 from parsl_malleable.allocate.spec import NodeWindow, TrainingJob
 from parsl_malleable.controller.model import Decision, JobSpec, JobTerms
+from parsl_malleable.errors import ConfigError
+from parsl_malleable.profile.points import points_curve
 from parsl_malleable.profile.profiler import ScalabilityProfiler
+
+CURVE_MODELS = ("gp", "points")
 
 
 @dataclass(frozen=True)
@@ -30,7 +40,9 @@ class PolicySettings:
     ``scale_up_s``/``scale_down_s`` are the rescale pauses assumed until the profiler has
     measured some; ``explore_kappa`` is the optimism (in standard errors) given to sizes the
     profiler is unsure of; ``prior_rate`` is the samples/s per node assumed for a job nothing is
-    known about (default: the mean one-node rate of the jobs measured so far, else 1).
+    known about (default: the mean one-node rate of the jobs measured so far, else 1);
+    ``curve_model`` is ``gp`` (the profiler's model) or ``points`` (MalleTrain's);
+    ``charge_start=False`` plans as FreeTrain does, with no pause for a job started from 0 nodes.
     """
 
     objective: str = "weighted"
@@ -45,6 +57,16 @@ class PolicySettings:
     explore_kappa: float = 1.0
     profiler: bool = True
     prior_rate: float | None = None
+    curve_model: str = "gp"
+    charge_start: bool = True
+
+    def __post_init__(self) -> None:
+        if self.objective != "completion":
+            check_objective(self.objective)
+        if self.curve_model not in CURVE_MODELS:
+            raise ConfigError(
+                f"curve_model {self.curve_model!r} is not one of {', '.join(CURVE_MODELS)}"
+            )
 
 
 def job_curve(
@@ -56,6 +78,11 @@ def job_curve(
     """The curve the allocator uses for ``spec`` and where it came from."""
     if spec.curve is not None:
         return spec.curve, "user"
+    if settings.curve_model == "points" and settings.profiler:
+        measured = profiler.measured(spec.name)
+        return points_curve(measured, spec.max_nodes, prior_rate), (
+            "points" if measured else "prior"
+        )
     if settings.profiler and profiler.measured(spec.name):
         curve = profiler.curve(spec.name, spec.max_nodes)
         return curve.shifted(settings.explore_kappa), "profiled"
@@ -73,11 +100,32 @@ def reference_rate(
     for spec in jobs:
         seen = settings.profiler and profiler.measured(spec.name)
         if seen:
-            rates.append(profiler.fit(spec.name).throughput(1))
+            # The curve is cached until the job's next sample; a fresh model prediction per
+            # job and decision was a sixth of a replay's time.
+            rates.append(profiler.curve(spec.name, spec.max_nodes)(1))
         elif spec.curve is not None:
             rates.append(spec.curve(1))
     rates = [r for r in rates if r > 0]
     return sum(rates) / len(rates) if rates else 1.0
+
+
+def completion_weights(jobs: Sequence[JobSpec], progress: Mapping[str, float]) -> dict[str, float]:
+    """``completion`` weights: priority over samples left, scaled so that their mean is 1.
+
+    A job whose total is unknown counts as having the mean amount left.
+    """
+    left = {
+        spec.name: max(spec.samples - progress.get(spec.name, 0.0), 1.0)
+        for spec in jobs
+        if spec.samples is not None
+    }
+    mean_left = sum(left.values()) / len(left) if left else 1.0
+    return {spec.name: spec.priority * mean_left / left.get(spec.name, mean_left) for spec in jobs}
+
+
+def _rescale_cost(spec: JobSpec, profiler: ScalabilityProfiler, kind: str) -> float:
+    given = spec.scale_up_s if kind == "up" else spec.scale_down_s
+    return given if given is not None else profiler.rescale_cost(spec.name, kind)
 
 
 def _windows(remaining: Mapping[str, float | None]) -> list[NodeWindow]:
@@ -98,11 +146,17 @@ def decide(
     remaining: Mapping[str, float | None],
     profiler: ScalabilityProfiler,
     settings: PolicySettings,
+    progress: Mapping[str, float] | None = None,
 ) -> Decision:
     """Allocate the usable nodes (``remaining``: node -> seconds its window has left, None if
-    unknown) to ``jobs``; ``holdings`` are the usable nodes each job runs on now."""
+    unknown) to ``jobs``; ``holdings`` are the usable nodes each job runs on now;
+    ``progress`` the samples each job has trained (for the ``completion`` objective)."""
     began = time.perf_counter()
     prior = reference_rate(jobs, profiler, settings)
+    objective = settings.objective
+    weights = {spec.name: spec.priority for spec in jobs}
+    if objective == "completion":
+        objective, weights = "weighted", completion_weights(jobs, progress or {})
     training: list[TrainingJob] = []
     sources: dict[str, str] = {}
     kept: set[str] = set()
@@ -120,9 +174,9 @@ def decide(
                 min_nodes=spec.min_nodes,
                 max_nodes=spec.max_nodes,
                 curve=curve,
-                scale_up_cost=profiler.rescale_cost(spec.name, "up"),
-                scale_down_cost=profiler.rescale_cost(spec.name, "down"),
-                weight=spec.priority,
+                scale_up_cost=_rescale_cost(spec, profiler, "up"),
+                scale_down_cost=_rescale_cost(spec, profiler, "down"),
+                weight=weights[spec.name],
                 current_nodes=current,
             )
         )
@@ -131,13 +185,14 @@ def decide(
         training,
         free,
         _windows(remaining),
-        objective=settings.objective,
+        objective=objective,
         solver=settings.solver,
         time_limit=settings.time_limit_s,
         gap_rel=settings.gap_rel,
         default_window_s=settings.default_window_s,
         max_horizon_s=settings.max_horizon_s,
         max_classes=settings.max_classes,
+        charge_start=settings.charge_start,
     )
     owner = {node: name for name, ids in result.node_ids.items() for node in ids}
     terms: dict[str, JobTerms] = {}
@@ -167,4 +222,4 @@ def decide(
     )
 
 
-__all__ = ["PolicySettings", "decide", "job_curve", "reference_rate"]
+__all__ = ["PolicySettings", "completion_weights", "decide", "job_curve", "reference_rate"]

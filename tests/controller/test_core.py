@@ -166,3 +166,59 @@ def test_block_diff_drops_a_block_only_when_its_source_stops_listing_it():
     assert c.blocks["0/42"].deadline == 500.0 and "pool-a" in c.nodes
     diff.apply([], c, 3.0)  # listed before, not now: the block ended
     assert "pool-a" not in c.nodes and "0/42" not in c.blocks
+
+
+def test_a_window_source_shortens_the_plan_of_nodes_without_a_deadline():
+    asked: list[list[str]] = []
+
+    def windows(nodes, now):
+        asked.append(list(nodes))
+        return {n: 0.0 for n in nodes if n.endswith("n0")}  # n0's idle window is over
+
+    c = ControllerCore(CoreSettings(debounce_s=0.0, max_delay_s=0.0), windows=windows)
+    add_nodes(c, 0.0, 2)
+    c.add_job(JobSpec("a", 1, 2, curve=LINEAR), 0.0)
+    c.step(0.0)
+    assert sorted(asked[-1]) == ["b1-n0", "b1-n1"]
+    assert c.decisions[-1].nodes_of("a") == ["b1-n1"]
+
+
+def test_next_due_says_when_the_debounced_decision_falls_due():
+    c = core(debounce_s=0.5, max_delay_s=2.0, redecide_s=30.0)
+    assert c.next_due(0.0) is None
+    add_nodes(c, 0.0, 1, deadline=1000.0)
+    assert c.next_due(0.2) == pytest.approx(0.5)
+    c.step(0.5)
+    # Nothing pending: the next thing due is the drain margin before the block's deadline.
+    assert c.next_due(1.0) == pytest.approx(1000.0 - 30.0)
+
+
+def test_completion_objective_favours_the_job_nearest_its_end():
+    c = ControllerCore(
+        CoreSettings(debounce_s=0.0, max_delay_s=0.0, policy=PolicySettings(objective="completion"))
+    )
+    add_nodes(c, 0.0, 1)
+    c.add_job(JobSpec("far", 1, 1, curve=LINEAR, samples=1e6), 0.0)
+    c.add_job(JobSpec("near", 1, 1, curve=LINEAR, samples=1e6), 0.0)
+    c.report_progress("near", 9e5)
+    c.step(0.0)
+    assert c.decisions[-1].nodes_of("near") == ["b1-n0"]
+
+
+@pytest.mark.parametrize(
+    ("settings", "says"),
+    [
+        ({"objective": "fastest"}, "objective"),
+        ({"curve_model": "spline"}, "curve_model"),
+    ],
+)
+def test_policy_settings_refuse_unknown_names(settings, says):
+    with pytest.raises(ConfigError, match=says):
+        PolicySettings(**settings)
+
+
+def test_job_spec_refuses_bad_costs_and_totals():
+    with pytest.raises(ConfigError, match="scale_up_s"):
+        JobSpec("a", scale_up_s=-1.0)
+    with pytest.raises(ConfigError, match="samples"):
+        JobSpec("a", samples=0.0)
