@@ -33,6 +33,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "parsl_malleable.campaign.command:status",
         "Summarise a campaign's output folder, while it runs or after.",
     ),
+    "replay": (
+        "parsl_malleable.replay.command:replay",
+        "Replay idle nodes + a training workload under FreeTrain, MalleTrain and our policy.",
+    ),
     "allocate": (
         "parsl_malleable.allocate.command:allocate",
         "Solve one allocation of idle nodes to training jobs (MILP or greedy).",

@@ -1,0 +1,151 @@
+"""The ``parsl-malleable replay`` command: what each policy would harvest and train."""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from parsl_malleable.errors import MalleableError
+from parsl_malleable.inputs import FiniteFloat
+from parsl_malleable.replay.engine import replay as run_replay
+from parsl_malleable.replay.policies import POLICIES, make_policy
+from parsl_malleable.replay.result import ReplayResult
+from parsl_malleable.replay.scenario import (
+    WORKLOADS,
+    summit_timeline,
+    trace_timeline,
+    workload_jobs,
+)
+
+DEMO = {"nodes": 500, "days": 1.0, "jobs": 20, "policies": ("freetrain", "malletrain", "ours")}
+
+
+def result_table(results: list[ReplayResult]) -> Table:
+    """One row per policy."""
+    table = Table(title="replay")
+    for column in (
+        "policy",
+        "jobs done",
+        "samples (G)",
+        "efficiency",
+        "scaling eff.",
+        "harvested",
+        "mean JCT (h)",
+        "rescales",
+        "decisions",
+        "wall (s)",
+    ):
+        table.add_column(column, justify="left" if column == "policy" else "right")
+    for r in results:
+        s = r.summary()
+        jct = s["mean_jct_h"]
+        table.add_row(
+            r.policy,
+            f"{s['finished']}/{s['jobs']}",
+            f"{s['samples'] / 1e9:.3f}",
+            f"{s['efficiency']:.1%}",
+            f"{s['scaling_efficiency']:.1%}",
+            f"{s['harvested_fraction']:.1%}",
+            "-" if isinstance(jct, float) and math.isnan(jct) else f"{jct:.2f}",
+            str(s["rescales"]),
+            str(s["decisions"]),
+            f"{s['wall_s']:.1f}",
+        )
+    return table
+
+
+def write_results(results: list[ReplayResult], out: Path) -> list[Path]:
+    """``summary.csv`` (one row per policy) and ``jobs.csv`` (one row per policy and job)."""
+    out.mkdir(parents=True, exist_ok=True)
+    summary, jobs = out / "summary.csv", out / "jobs.csv"
+    rows = [r.summary() for r in results]
+    with summary.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    job_rows = [{"policy": r.policy, **row} for r in results for row in r.job_rows()]
+    with jobs.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(job_rows[0]))
+        writer.writeheader()
+        writer.writerows(job_rows)
+    return [summary, jobs]
+
+
+@click.command(name="replay")
+@click.option("--demo", is_flag=True, help="Summit, 500 nodes, 1 day, 20 ImageNet jobs.")
+@click.option(
+    "--trace",
+    "trace_path",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="A job trace: its EASY-backfill schedule's idle nodes (default: the Summit idle trace).",
+)
+@click.option("--workload", type=click.Choice(WORKLOADS), default=WORKLOADS[0], show_default=True)
+@click.option("--jobs", type=click.IntRange(min=1), help="First N jobs of the workload.")
+@click.option("--nodes", type=click.IntRange(min=1), help="Summit: only the first N nodes.")
+@click.option("--days", type=FiniteFloat(gt=0), help="Only the first D days of the timeline.")
+@click.option(
+    "--policy",
+    "policies",
+    type=click.Choice(POLICIES),
+    multiple=True,
+    help="Policy to replay (repeat; default: freetrain, malletrain, ours).",
+)
+@click.option(
+    "--objective",
+    type=click.Choice(["throughput", "completion"]),
+    default="throughput",
+    show_default=True,
+)
+@click.option("--max-jobs", type=click.IntRange(min=1), default=10, show_default=True)
+@click.option("--t-fwd", type=FiniteFloat(gt=0), default=600.0, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), help="Write CSVs here.")
+def replay(
+    demo: bool,
+    trace_path: Path | None,
+    workload: str,
+    jobs: int | None,
+    nodes: int | None,
+    days: float | None,
+    policies: tuple[str, ...],
+    objective: str,
+    max_jobs: int,
+    t_fwd: float,
+    seed: int,
+    out: Path | None,
+) -> None:
+    """Replay an idle-node timeline with a training workload under each policy."""
+    console = Console()
+    if demo:
+        nodes, days, jobs = nodes or DEMO["nodes"], days or DEMO["days"], jobs or DEMO["jobs"]
+    try:
+        if trace_path is not None:
+            timeline = trace_timeline(trace_path, days)
+        else:
+            timeline = summit_timeline(nodes, days)
+        work = workload_jobs(workload, timeline, jobs, keep_submits=not (demo or days or nodes))
+        results = []
+        for name in policies or DEMO["policies"]:
+            policy = make_policy(name, t_fwd=t_fwd, objective=objective)
+            with console.status(f"replaying {name} ..."):
+                result = run_replay(timeline, work, policy, max_jobs=max_jobs, seed=seed)
+            results.append(result)
+            console.print(f"{name}: done in {result.wall_s:.1f} s")
+    except MalleableError as exc:
+        raise click.ClickException(str(exc)) from exc
+    console.print(
+        f"{timeline.source}: {timeline.nodes} nodes, "
+        f"{(timeline.t1 - timeline.t0) / 86400:.2f} days, {len(work)} jobs ({workload})"
+    )
+    console.print(result_table(results))
+    if out is not None:
+        for path in write_results(results, out):
+            console.print(f"wrote {path}")
+
+
+__all__ = ["replay", "result_table", "write_results"]

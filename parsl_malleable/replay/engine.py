@@ -1,0 +1,292 @@
+"""The replay: a simulated clock drives the controller's own code over an idle-node timeline.
+
+Each idle interval of a node is a one-node block that the controller may use until the
+interval ends; then the node is taken back at once (the native job starts on time: a replay
+never delays it). Jobs are admitted first come first served, at most ``max_jobs`` at a time
+(FreeTrain's replayer does the same). Between events a job on ``n`` nodes trains at its true
+curve's rate; every change of its node set pauses it (``scale_up_s`` when it gains or starts,
+``scale_down_s`` when it loses nodes, by decision or reclaim; both when both happen). Jobs
+report noisy throughput every ``report_s`` seconds of steady running, and their pauses, as
+ranks do live; the controller decides exactly as it does live.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from parsl_malleable.controller.core import ControllerCore
+from parsl_malleable.controller.model import DrainRanks, JobSpec, StartRanks
+from parsl_malleable.replay.idle import IdleTimeline
+from parsl_malleable.replay.policies import ReplayPolicy
+from parsl_malleable.replay.predict import HistoryWindows, NodeAges
+from parsl_malleable.replay.result import JobOutcome, ReplayResult
+from parsl_malleable.replay.workload import ReplayJob
+
+# Samples short of the total that still count as done (float rounding of rate x time).
+DONE_TOLERANCE = 1e-6
+
+
+@dataclass
+class _Run:
+    """A job's state in the replay's physics."""
+
+    job: ReplayJob
+    nodes: set[str] = field(default_factory=set)
+    done: float = 0.0
+    ideal: float = 0.0
+    node_seconds: float = 0.0
+    paused_until: float = -math.inf
+    steady_since: float = math.inf
+    admitted: float | None = None
+    first_start: float | None = None
+    finished: float | None = None
+    rescales: int = 0
+    paused_s: float = 0.0
+
+    def rate(self) -> float:
+        return self.job.curve(len(self.nodes)) if self.nodes else 0.0
+
+
+class Replay:
+    """One replay of ``jobs`` on ``timeline`` under ``policy``. :meth:`run` returns the result."""
+
+    def __init__(
+        self,
+        timeline: IdleTimeline,
+        jobs: list[ReplayJob],
+        policy: ReplayPolicy,
+        *,
+        max_jobs: int = 10,
+        report_s: float = 60.0,
+        noise: float = 0.05,
+        seed: int = 0,
+    ) -> None:
+        self.timeline = timeline
+        self.policy = policy
+        self.max_jobs = max_jobs
+        self.report_s = report_s
+        self.noise = noise
+        self.rng = np.random.default_rng(seed)
+        self.history = HistoryWindows(policy.window_quantile) if policy.windows else None
+        self.ages = NodeAges(self.history) if self.history is not None else None
+        self.core = ControllerCore(policy.core, windows=self.ages)
+        self.queue = sorted(jobs, key=lambda j: (j.submit, j.name))
+        self.runs = {j.name: _Run(j) for j in self.queue}
+        self.active: dict[str, _Run] = {}
+        self.owner: dict[str, str] = {}  # node -> job running there
+        self.now = timeline.t0
+
+    # ----------------------------------------------------------------- physics
+
+    def _advance(self, to: float) -> None:
+        for run in self.active.values():
+            if not run.nodes:
+                continue
+            held = to - self.now
+            rate = run.rate()
+            working = max(0.0, to - max(self.now, run.paused_until))
+            run.ideal += rate * held
+            run.node_seconds += len(run.nodes) * held
+            run.paused_s += held - working
+            run.done = min(run.job.samples, run.done + rate * working)
+        self.now = to
+
+    def _completion(self, run: _Run) -> float:
+        rate = run.rate()
+        if rate <= 0:
+            return math.inf
+        return max(self.now, run.paused_until) + (run.job.samples - run.done) / rate
+
+    def _spec(self, job: ReplayJob) -> JobSpec:
+        given = self.policy.user_curves
+        return JobSpec(
+            job.name,
+            min_nodes=job.min_nodes,
+            max_nodes=job.max_nodes,
+            curve=job.curve if given else None,
+            scale_up_s=job.scale_up_s if given else None,
+            scale_down_s=job.scale_down_s if given else None,
+            samples=job.samples,
+        )
+
+    # ------------------------------------------------------------------ events
+
+    def _node_leaves(self, name: str, lost: dict[str, bool]) -> None:
+        self.core.block_gone(name, self.now)
+        job = self.owner.pop(name, None)
+        if job is not None:
+            self.active[job].nodes.discard(name)
+            lost[job] = True
+        if self.ages is not None:
+            self.ages.since.pop(name, None)
+
+    def _node_arrives(self, name: str) -> None:
+        self.core.block_update(name, self.now)
+        self.core.node_ready(name, name, self.now)
+        if self.ages is not None:
+            self.ages.since[name] = self.now
+
+    def _apply(self, actions: list, lost: dict[str, bool], gained: dict[str, bool]) -> None:
+        for action in actions:
+            run = self.active.get(action.job)
+            if isinstance(action, StartRanks) and run is not None:
+                run.nodes.add(action.node)
+                self.owner[action.node] = action.job
+                gained[action.job] = True
+            elif isinstance(action, DrainRanks):
+                if self.owner.get(action.node) == action.job:
+                    del self.owner[action.node]
+                    if run is not None:
+                        run.nodes.discard(action.node)
+                        lost[action.job] = True
+                # Ranks leave at their next commit; the replay counts that time in the pause.
+                self.core.ranks_left(action.node, self.now)
+
+    def _pause(self, lost: dict[str, bool], gained: dict[str, bool]) -> None:
+        for name in set(lost) | set(gained):
+            run = self.active.get(name)
+            if run is None or not run.nodes:
+                if run is not None:
+                    run.steady_since = math.inf
+                continue
+            pause = 0.0
+            if lost.get(name):
+                pause += run.job.scale_down_s
+                self.core.report_rescale(name, "down", run.job.scale_down_s)
+            if gained.get(name):
+                pause += run.job.scale_up_s
+                self.core.report_rescale(name, "up", run.job.scale_up_s)
+            run.rescales += 1
+            run.paused_until = self.now + pause
+            run.steady_since = run.paused_until
+            if run.first_start is None:
+                run.first_start = self.now
+
+    def _report(self) -> float:
+        """Throughput reports due now; returns when the next one is due."""
+        due = math.inf
+        for name, run in self.active.items():
+            if not run.nodes or run.steady_since > self.now:
+                due = min(due, run.steady_since + self.report_s)
+                continue
+            if self.now - run.steady_since >= self.report_s - 1e-9:
+                noisy = run.rate() * (1.0 + self.noise * self.rng.standard_normal())
+                self.core.report_throughput(name, len(run.nodes), max(noisy, 1e-9))
+                self.core.report_progress(name, run.done)
+                run.steady_since = self.now
+            due = min(due, run.steady_since + self.report_s)
+        return due
+
+    # -------------------------------------------------------------------- loop
+
+    def run(self) -> ReplayResult:
+        """Replay until every job is done or the timeline ends."""
+        began = time.perf_counter()
+        tl = self.timeline
+        names = tl.names
+        starts = np.argsort(tl.start, kind="stable")
+        ends = np.argsort(tl.end, kind="stable")
+        si = ei = qi = 0
+        next_report = math.inf
+        while True:
+            candidates = [tl.t1]
+            if si < len(starts):
+                candidates.append(tl.start[starts[si]])
+            if ei < len(ends):
+                candidates.append(tl.end[ends[ei]])
+            if qi < len(self.queue) and len(self.active) < self.max_jobs:
+                candidates.append(max(self.now, self.queue[qi].submit))
+            candidates.extend(self._completion(r) for r in self.active.values())
+            due = self.core.next_due(self.now)
+            if due is not None:
+                candidates.append(due)
+            candidates.append(next_report)
+            t = max(self.now, min(candidates))
+            self._advance(t)
+            lost: dict[str, bool] = {}
+            gained: dict[str, bool] = {}
+            while ei < len(ends) and tl.end[ends[ei]] <= t:
+                k = ends[ei]
+                self._node_leaves(names[tl.node[k]], lost)
+                if self.history is not None:
+                    self.history.observe(float(tl.end[k] - tl.start[k]))
+                ei += 1
+            while si < len(starts) and tl.start[starts[si]] <= t:
+                k = starts[si]
+                if tl.end[k] > t:
+                    self._node_arrives(names[tl.node[k]])
+                si += 1
+            for name, run in list(self.active.items()):
+                if run.done >= run.job.samples * (1 - DONE_TOLERANCE):
+                    run.finished = t
+                    run.done = run.job.samples
+                    del self.active[name]
+                    self.core.end_job(name, t)
+            while qi < len(self.queue) and len(self.active) < self.max_jobs:
+                job = self.queue[qi]
+                if job.submit > t:
+                    break
+                run = self.runs[job.name]
+                run.admitted = t
+                self.active[job.name] = run
+                self.core.add_job(self._spec(job), t)
+                qi += 1
+            next_report = self._report()
+            for _ in range(4):
+                actions = self.core.step(t)
+                if not actions:
+                    break
+                self._apply(actions, lost, gained)
+            self._pause(lost, gained)
+            finished = qi >= len(self.queue) and not self.active
+            if t >= tl.t1 or finished:
+                break
+        return self._result(time.perf_counter() - began)
+
+    def _result(self, wall_s: float) -> ReplayResult:
+        end = self.now
+        idle = self.timeline.window(self.timeline.t0, end).idle_node_seconds()
+        outcomes = [
+            JobOutcome(
+                name=r.job.name,
+                submit=r.job.submit,
+                admitted=r.admitted,
+                first_start=r.first_start,
+                finished=r.finished,
+                samples=r.job.samples,
+                trained=r.done,
+                ideal=r.ideal,
+                node_seconds=r.node_seconds,
+                single_node_rate=r.job.curve(1),
+                rescales=r.rescales,
+                paused_s=r.paused_s,
+            )
+            for r in self.runs.values()
+        ]
+        decisions = self.core.decisions
+        return ReplayResult(
+            policy=self.policy.name,
+            source=self.timeline.source,
+            t0=self.timeline.t0,
+            t1=end,
+            idle_node_seconds=idle,
+            jobs=outcomes,
+            decisions=len(decisions),
+            decision_s=sum(d.seconds for d in decisions),
+            fallbacks=sum(d.fallback for d in decisions),
+            wall_s=wall_s,
+        )
+
+
+def replay(
+    timeline: IdleTimeline, jobs: list[ReplayJob], policy: ReplayPolicy, **options: object
+) -> ReplayResult:
+    """Run one replay (see :class:`Replay` for ``options``)."""
+    return Replay(timeline, jobs, policy, **options).run()  # type: ignore[arg-type]
+
+
+__all__ = ["Replay", "replay"]

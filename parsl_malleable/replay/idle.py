@@ -1,0 +1,130 @@
+"""Per-node idle timelines the replay harvests: the Summit trace, or any simulated job trace."""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from parsl_malleable.errors import TraceFormatError
+from parsl_malleable.sim.simulate import SimResult
+from parsl_malleable.traces._io import open_text
+
+
+@dataclass(frozen=True)
+class IdleTimeline:
+    """Idle intervals ``[start, end)`` of integer nodes ``0..len(names)-1``, seen in ``[t0, t1]``.
+
+    An interval that reaches ``t1`` is cut there (the replay ends; nothing is known after it).
+    """
+
+    names: tuple[str, ...]
+    node: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    t0: float
+    t1: float
+    source: str = ""
+
+    @classmethod
+    def build(
+        cls,
+        names: tuple[str, ...],
+        node: np.ndarray,
+        start: np.ndarray,
+        end: np.ndarray,
+        source: str = "",
+        t0: float | None = None,
+        t1: float | None = None,
+    ) -> IdleTimeline:
+        """Clip to ``[t0, t1]`` (default: the intervals' own span), drop empty intervals and
+        merge touching ones of one node (a node idle on both sides of an instant never left)."""
+        start = np.asarray(start, dtype=float)
+        end = np.asarray(end, dtype=float)
+        node = np.asarray(node, dtype=np.int64)
+        lo = float(start.min()) if t0 is None else t0
+        hi = float(end.max()) if t1 is None else t1
+        start, end = np.maximum(start, lo), np.minimum(end, hi)
+        keep = end > start
+        node, start, end = node[keep], start[keep], end[keep]
+        order = np.lexsort((start, node))
+        node, start, end = node[order], start[order], end[order]
+        joined = np.zeros(len(node), dtype=bool)
+        joined[1:] = (node[1:] == node[:-1]) & (start[1:] <= end[:-1])
+        if joined.any():
+            end = np.maximum.reduceat(end, np.flatnonzero(~joined))
+            node, start = node[~joined], start[~joined]
+        return cls(names, node, start, end, lo, hi, source)
+
+    @property
+    def nodes(self) -> int:
+        """Nodes of the machine (idle at some time or not)."""
+        return len(self.names)
+
+    def idle_node_seconds(self) -> float:
+        """Node-seconds idle in the whole timeline."""
+        return float((self.end - self.start).sum())
+
+    def window(self, t0: float, t1: float) -> IdleTimeline:
+        """The part of the timeline inside ``[t0, t1]``."""
+        return IdleTimeline.build(self.names, self.node, self.start, self.end, self.source, t0, t1)
+
+    def first_nodes(self, count: int) -> IdleTimeline:
+        """Only nodes ``0..count-1`` (FreeTrain's replayer evaluates node subsets this way)."""
+        keep = self.node < count
+        return IdleTimeline(
+            self.names[:count],
+            self.node[keep],
+            self.start[keep],
+            self.end[keep],
+            self.t0,
+            self.t1,
+            self.source,
+        )
+
+
+def load_idle_intervals(path: str | Path) -> IdleTimeline:
+    """``node,idle_start,idle_end`` rows (plain or gzip CSV, Unix seconds), as in the Summit
+    trace; node names are numbered in order of first appearance."""
+    path = Path(path)
+    ids: dict[str, int] = {}
+    node: list[int] = []
+    start: list[float] = []
+    end: list[float] = []
+    try:
+        with open_text(path, newline="") as handle:
+            reader = csv.DictReader(handle)
+            missing = {"node", "idle_start", "idle_end"} - set(reader.fieldnames or [])
+            if missing:
+                raise TraceFormatError(path, 1, f"missing column(s) {', '.join(sorted(missing))}")
+            for line, row in enumerate(reader, start=2):
+                try:
+                    a, b = float(row["idle_start"]), float(row["idle_end"])
+                except (TypeError, ValueError) as exc:
+                    raise TraceFormatError(path, line, f"bad idle interval: {exc}") from None
+                if not (np.isfinite(a) and np.isfinite(b) and b >= a):
+                    raise TraceFormatError(path, line, "idle_end must be finite and >= idle_start")
+                node.append(ids.setdefault(row["node"], len(ids)))
+                start.append(a)
+                end.append(b)
+    except (OSError, EOFError, UnicodeDecodeError) as exc:
+        raise TraceFormatError(path, None, f"cannot read: {exc}") from None
+    if not node:
+        raise TraceFormatError(path, None, "no idle interval")
+    return IdleTimeline.build(
+        tuple(ids), np.array(node), np.array(start), np.array(end), source=path.name
+    )
+
+
+def idle_from_sim(result: SimResult, source: str = "") -> IdleTimeline:
+    """The idle intervals of a simulated schedule (clipped to its statistics window)."""
+    node, start, end = result.idle_arrays()
+    names = tuple(f"n{i}" for i in range(result.nodes))
+    if not len(node):
+        raise TraceFormatError(source or "simulation", None, "the schedule has no idle node")
+    return IdleTimeline.build(names, node, start, end, source=source)
+
+
+__all__ = ["IdleTimeline", "idle_from_sim", "load_idle_intervals"]

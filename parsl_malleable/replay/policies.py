@@ -1,0 +1,86 @@
+"""The policies a replay compares, each a set of controller settings (the code is the same).
+
+* ``freetrain``: FreeTrain's formulation (CCGrid 2023): the user's curves and rescale costs, one
+  forward-looking time ``T_fwd`` for every node, no pause charged for a start, no migration,
+  re-solved at every node event. Its published code bounds each job's change per decision
+  through a big-M of (nodes + 1); our count model states "grow or shrink, never migrate"
+  exactly, which is the intent, so that bound is not reproduced.
+* ``malletrain``: the same, without user curves: throughput measured online, planned with the
+  measured points joined by straight lines (MalleTrain, ICPE 2024).
+* ``ours``: no user curves (the profiler's model, optimistic where unsure), windows predicted
+  per node (horizon classes), pauses charged for starts, decisions debounced.
+* ``ours+curves``: ``ours`` given the user's curves and costs.
+* ``greedy``: the allocator's greedy rule (best marginal gain per node, never shrinks a job)
+  with the user's curves, re-run at every event.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from parsl_malleable.controller.core import CoreSettings
+from parsl_malleable.controller.policy import PolicySettings
+from parsl_malleable.errors import ConfigError
+
+# Every event gets its own decision: FreeTrain re-solves at each node event.
+EVERY_EVENT = {"debounce_s": 0.0, "max_delay_s": 0.0, "redecide_s": math.inf}
+
+
+@dataclass(frozen=True)
+class ReplayPolicy:
+    """One policy: controller settings, whether jobs come with their curves and costs, and
+    whether nodes get predicted windows."""
+
+    name: str
+    core: CoreSettings
+    user_curves: bool
+    windows: bool
+    window_quantile: float = 0.5
+
+
+def make_policy(
+    name: str,
+    *,
+    t_fwd: float = 600.0,
+    objective: str = "throughput",
+    time_limit_s: float = 0.5,
+    gap_rel: float = 1e-2,
+    horizon_s: float = 3600.0,
+) -> ReplayPolicy:
+    """The policy called ``name`` (see the module docstring); ``t_fwd`` is FreeTrain's
+    forward-looking time, ``horizon_s`` the longest plan of ours; every policy solves to a
+    1 % gap by default (a replay makes thousands of decisions; the live default is 0.1 %)."""
+    base = PolicySettings(
+        objective=objective, solver="highs", time_limit_s=time_limit_s, gap_rel=gap_rel
+    )
+    fixed_window = replace(
+        base,
+        default_window_s=t_fwd,
+        max_horizon_s=t_fwd,
+        max_classes=1,
+        charge_start=False,
+    )
+    if name == "freetrain":
+        core = CoreSettings(**EVERY_EVENT, drain_margin_s=0.0, policy=fixed_window)
+        return ReplayPolicy(name, core, user_curves=True, windows=False)
+    if name == "malletrain":
+        policy = replace(fixed_window, curve_model="points")
+        core = CoreSettings(**EVERY_EVENT, drain_margin_s=0.0, policy=policy)
+        return ReplayPolicy(name, core, user_curves=False, windows=False)
+    if name == "greedy":
+        policy = replace(fixed_window, solver="greedy")
+        core = CoreSettings(**EVERY_EVENT, drain_margin_s=0.0, policy=policy)
+        return ReplayPolicy(name, core, user_curves=True, windows=False)
+    if name in ("ours", "ours+curves"):
+        policy = replace(base, default_window_s=horizon_s, max_horizon_s=horizon_s)
+        core = CoreSettings(
+            debounce_s=0.5, max_delay_s=2.0, redecide_s=300.0, drain_margin_s=0.0, policy=policy
+        )
+        return ReplayPolicy(name, core, user_curves=name == "ours+curves", windows=True)
+    raise ConfigError(f"unknown replay policy {name!r}; choose one of {', '.join(POLICIES)}")
+
+
+POLICIES = ("freetrain", "malletrain", "ours", "ours+curves", "greedy")
+
+__all__ = ["POLICIES", "ReplayPolicy", "make_policy"]

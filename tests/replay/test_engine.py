@@ -1,0 +1,119 @@
+"""The replay's physics and bookkeeping, on timelines small enough to compute by hand, and every
+policy on a slice of the real Summit trace."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from parsl_malleable.allocate.curve import ScalingCurve
+from parsl_malleable.replay.engine import Replay
+from parsl_malleable.replay.idle import IdleTimeline
+from parsl_malleable.replay.policies import POLICIES, make_policy
+from parsl_malleable.replay.scenario import summit_timeline, workload_jobs
+from parsl_malleable.replay.workload import ReplayJob
+
+LINEAR = ScalingCurve((0, 1, 8), (0.0, 10.0, 80.0))
+
+
+def timeline(rows: list[tuple[int, float, float]], t1: float = 10_000.0) -> IdleTimeline:
+    node, start, end = (np.array(x, dtype=float) for x in zip(*rows, strict=True))
+    names = tuple(f"n{i}" for i in range(int(node.max()) + 1))
+    return IdleTimeline.build(names, node.astype(int), start, end, "hand", 0.0, t1)
+
+
+def job(name: str = "j", samples: float = 10_000.0, submit: float = 0.0) -> ReplayJob:
+    return ReplayJob(name, LINEAR, 1, 8, 10.0, 5.0, samples, submit)
+
+
+def test_a_job_pays_its_start_then_trains_at_its_curve():
+    tl = timeline([(0, 0.0, 5000.0), (1, 0.0, 5000.0)])
+    result = Replay(tl, [job()], make_policy("freetrain")).run()
+    (outcome,) = result.jobs
+    # Both nodes at t=0, a 10 s start pause, then 20 samples/s: 10,000 samples at t=510.
+    assert outcome.finished == pytest.approx(510.0)
+    assert outcome.trained == pytest.approx(10_000.0)
+    assert outcome.ideal == pytest.approx(20.0 * 510.0)
+    assert result.efficiency == pytest.approx(10_000.0 / 10_200.0)
+    assert outcome.node_seconds == pytest.approx(2 * 510.0)
+
+
+def test_a_reclaimed_node_costs_a_scale_down_pause():
+    tl = timeline([(0, 0.0, 5000.0), (1, 0.0, 200.0)])
+    result = Replay(tl, [job()], make_policy("freetrain")).run()
+    (outcome,) = result.jobs
+    # 0-10 s start pause; 10-200 s at 20/s (3,800); node 1 taken back at 200 s: 5 s pause;
+    # 205 s on at 10/s: 6,200 samples left take 620 s.
+    assert outcome.finished == pytest.approx(825.0)
+    assert outcome.rescales == 2
+    assert outcome.paused_s == pytest.approx(15.0)
+
+
+class CheckedReplay(Replay):
+    """A replay that checks, at every step of its clock, that no node is held by two jobs
+    and that every held node is idle in the timeline for the whole step."""
+
+    def _advance(self, to: float) -> None:
+        seen: dict[str, str] = {}
+        for name, run in self.active.items():
+            for node in run.nodes:
+                assert node not in seen, f"{node} held by {seen.get(node)} and {name}"
+                seen[node] = name
+                index = self.timeline.names.index(node)
+                mine = self.timeline.node == index
+                inside = (self.timeline.start[mine] <= self.now) & (self.timeline.end[mine] >= to)
+                assert inside.any(), f"{node} held outside its idle interval at {self.now}"
+        super()._advance(to)
+
+
+@pytest.fixture(scope="module")
+def summit_slice() -> tuple[IdleTimeline, list[ReplayJob]]:
+    tl = summit_timeline(nodes=300, days=0.25)
+    return tl, workload_jobs("imagenet-imgps-1001J", tl, limit=6)
+
+
+@pytest.mark.parametrize("name", POLICIES)
+def test_every_policy_keeps_the_invariants_on_summit(name, summit_slice):
+    tl, jobs = summit_slice
+    result = CheckedReplay(tl, jobs, make_policy(name, time_limit_s=2.0), seed=1).run()
+    assert result.trained > 0
+    assert 0.5 < result.efficiency <= 1.0 + 1e-9
+    assert result.harvested_node_seconds <= result.idle_node_seconds + 1e-6
+    for outcome in result.jobs:
+        assert outcome.trained <= outcome.samples + 1e-6
+        assert outcome.trained <= outcome.ideal + 1e-6
+        if outcome.finished is not None:
+            assert outcome.trained == pytest.approx(outcome.samples)
+            assert outcome.finished >= outcome.submit
+
+
+def test_same_seed_same_replay(summit_slice):
+    tl, jobs = summit_slice
+    runs = [Replay(tl, jobs, make_policy("malletrain"), seed=3).run() for _ in range(2)]
+    assert runs[0].trained == runs[1].trained
+    assert [j.finished for j in runs[0].jobs] == [j.finished for j in runs[1].jobs]
+
+
+def test_at_most_max_jobs_run_and_they_are_admitted_in_submit_order():
+    tl = timeline([(i, 0.0, 9000.0) for i in range(4)])
+    jobs = [job(f"j{i}", samples=2000.0, submit=float(i)) for i in range(5)]
+    result = Replay(tl, jobs, make_policy("freetrain"), max_jobs=2).run()
+    admitted = [j.admitted for j in result.jobs]
+    assert admitted == sorted(admitted)
+    for k, outcome in enumerate(result.jobs):
+        assert outcome.finished is not None
+        start = outcome.admitted
+        running = [o for o in result.jobs if o.admitted <= start < o.finished]
+        assert len(running) <= 2, k
+    assert math.isfinite(result.time_to_result_s)
+
+
+def test_user_curves_reach_the_controller_only_when_the_policy_gives_them(summit_slice):
+    tl, jobs = summit_slice
+    given = Replay(tl, jobs, make_policy("freetrain"))
+    learned = Replay(tl, jobs, make_policy("malletrain"))
+    assert given._spec(jobs[0]).curve is jobs[0].curve
+    assert learned._spec(jobs[0]).curve is None
+    assert learned._spec(jobs[0]).scale_up_s is None
