@@ -15,6 +15,7 @@ from pathlib import Path
 import parsl
 import pytest
 from parsl.config import Config
+from parsl.jobs.states import JobState as P
 
 from apps.digits import train_elastic
 from parsl_malleable.app import malleable_app
@@ -103,8 +104,16 @@ def test_three_jobs_follow_the_allocator_through_yields_and_timeouts(
     # Blocks appeared, yielded to the native job, and reached their walltime during the run.
     assert len(history) >= 4, history
     assert any(r.cancel_reason is CancelReason.YIELD for r in history), history
-    timed_out = [r for r in history if r.cancel_reason is None and r.end_state is not None]
-    assert any(r.end_state.name == "TIMEOUT" for r in timed_out), history
+    ended = [r for r in history if r.cancel_reason is None and r.end_state is not None]
+    timed_out = [r for r in ended if r.end_state is P.TIMEOUT]
+    assert timed_out, history
+    # Slurm ended them at their walltime (squeue said TIMEOUT, not just "gone near the limit"),
+    # and --signal=B:USR1@<signal_margin_s> reached each batch shell before the end. (This run
+    # proves what the provider tests' own one-minute walltime test used to.)
+    for record in timed_out:
+        assert record.walltime_s <= 120, record
+        assert "walltime reached (TIMEOUT)" in record.message, record
+        assert (Path(provider.script_dir) / f"usr1-{record.job_id}").exists(), record
     reasons = " ".join(d.reason for d in controller.decisions)
     assert "yields" in reasons and "near its deadline" in reasons, reasons
 

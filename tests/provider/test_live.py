@@ -179,27 +179,6 @@ def test_hung_or_garbled_squeue_costs_a_poll_not_the_run(
     assert provider.last_error == ""
 
 
-@pytest.mark.slow
-def test_walltime_expiry_is_timeout(natives: Natives, providers: Make) -> None:
-    # A one-minute block (Slurm ends it TIMEOUT 70-90 s after its start).
-    provider = providers(autostart=False, recycle=False, max_walltime_s=60, min_block_s=60)
-    slot = provider.submit("sleep 600", 1, "parsl.htex.block-0")
-    _poll_until(provider, lambda: any(b.phase is Phase.RUNNING for b in provider.blocks()), 6)
-    record = provider.history()[0]
-    assert record.walltime_s == 60
-
-    def ended() -> bool:
-        provider.poll_once()
-        return provider.status([slot])[0].state not in (P.RUNNING, P.PENDING)
-
-    assert wait_for(ended, 150, step_s=5)
-    status = provider.status([slot])[0]
-    assert status.state is P.TIMEOUT, status.message
-    assert "walltime reached" in (status.message or "")
-    # --signal=B:USR1@<signal_margin_s> reached the batch shell before the end.
-    assert (Path(provider.script_dir) / f"usr1-{record.job_id}").exists()
-
-
 def test_a_demand_callback_decides_the_node_count(natives: Natives, providers: Make) -> None:
     seen: list[DemandContext] = []
 
