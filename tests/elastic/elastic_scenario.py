@@ -10,6 +10,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,50 @@ from parsl.providers import LocalProvider
 from parsl_malleable.app import ElasticJob
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+# ``train_paced(ctx, pace_file, step_delay_s, **kwargs)``: ``apps.digits.train_elastic`` on the
+# rank's real context, pausing ``step_delay_s`` before each gradient exchange while ``pace_file``
+# exists; the test removes the file once it has driven the group through its changes. With a
+# fixed delay the whole run had to outlast the drive, whose block start-ups take much longer on a
+# loaded machine; paced by the test, training cannot end during the drive, and the rest of it
+# afterwards costs seconds instead of a minute.
+# It travels to the workers by value (its module says __main__): they cannot import it by name,
+# ``tests`` there being another distribution's package (globus-compute-endpoint's).
+_PACED_SOURCE = """
+import os
+import time
+
+from apps.digits import train_elastic
+
+
+class PacedContext:
+    def __init__(self, ctx, pace_file, step_delay_s):
+        self._ctx = ctx
+        self._pace_file = pace_file
+        self._step_delay_s = step_delay_s
+
+    def __getattr__(self, name):
+        return getattr(self._ctx, name)
+
+    def allreduce_gradients(self, *args, **kwargs):
+        if os.path.exists(self._pace_file):
+            time.sleep(self._step_delay_s)
+        self._ctx.allreduce_gradients(*args, **kwargs)
+
+
+def train_paced(ctx, pace_file, step_delay_s=0.1, **kwargs):
+    return train_elastic(PacedContext(ctx, pace_file, step_delay_s), **kwargs)
+"""
+
+
+def _paced() -> Callable[..., dict[str, Any]]:
+    namespace: dict[str, Any] = {"__name__": "__main__"}
+    exec(compile(_PACED_SOURCE, "<paced training>", "exec"), namespace)
+    return namespace["train_paced"]
+
+
+train_paced = _paced()
 
 
 def htex_config(run_dir: Path, init_blocks: int, workers_per_node: int = 1) -> Config:
@@ -93,8 +138,12 @@ def wait_no_ranks(job: ElasticJob, timeout_s: float = 60.0) -> None:
     assert ok, f"ranks still present: {job.coordinator.members()}"
 
 
-def drive(job: ElasticJob, progress: int) -> dict[str, Any]:
-    """2 -> 4 -> 1 (one block SIGKILLed, two drained) -> 3 -> 0 -> 2, then wait for the result."""
+def drive(job: ElasticJob, progress: int, pace_file: Path | None = None) -> dict[str, Any]:
+    """2 -> 4 -> 1 (one block SIGKILLed, two drained) -> 3 -> 0 -> 2, then wait for the result.
+
+    With ``pace_file`` (the job runs :func:`train_paced`), the file is removed once the last
+    group of 2 has trained ``progress`` steps, so the rest of the training runs at full speed.
+    """
     ex = executor()
     wait_size(job, 2, progress)
     ex.scale_out_facade(2)
@@ -121,6 +170,9 @@ def drive(job: ElasticJob, progress: int) -> dict[str, Any]:
     idle_until = time.time()
 
     ex.scale_out_facade(2)
+    if pace_file is not None:
+        wait_size(job, 2, progress)
+        pace_file.unlink()
     assert job.future is not None
     result = job.future.result(timeout=240)
     return {"result": result, "killed_at": killed_at, "idle": (idle_from, idle_until)}
