@@ -85,6 +85,8 @@ class ControllerCore:
         self._last_event = 0.0
         self._new_measurements = False
         self.progress: dict[str, float] = {}
+        self.skipped = 0  # node events that needed no new decision (see _same_as_last)
+        self._last_usable: set[str] | None = None
 
     # ------------------------------------------------------------------ inputs
 
@@ -149,7 +151,7 @@ class ControllerCore:
     def report_throughput(self, job: str, nodes: int, samples_per_s: float) -> None:
         """``job`` trained ``samples_per_s`` on ``nodes`` nodes."""
         if job in self.jobs and nodes >= 1 and samples_per_s > 0:
-            self.profiler.record(job, nodes, samples_per_s)
+            self.profiler.record(self.jobs[job].profile_key, nodes, samples_per_s)
             self._new_measurements = True
 
     def report_progress(self, job: str, samples: float) -> None:
@@ -160,7 +162,7 @@ class ControllerCore:
     def report_rescale(self, job: str, kind: str, seconds: float) -> None:
         """A rescale of ``job`` (``up``, ``down`` or ``start``) paused it ``seconds``."""
         if job in self.jobs and seconds >= 0:
-            self.profiler.record_rescale(job, kind, seconds)
+            self.profiler.record_rescale(self.jobs[job].profile_key, kind, seconds)
 
     # ------------------------------------------------------------------ output
 
@@ -215,7 +217,7 @@ class ControllerCore:
         last = self.decisions[-1] if self.decisions else None
         jobs = {}
         for name, spec in self.jobs.items():
-            measured = self.profiler.measured(name)
+            measured = self.profiler.measured(spec.profile_key)
             jobs[name] = {
                 "nodes": len(held.get(name, [])),
                 "node_names": sorted(self.nodes[n].name for n in held.get(name, [])),
@@ -265,6 +267,7 @@ class ControllerCore:
         reasons = list(dict.fromkeys(self._dirty))
         more = f" (+{len(reasons) - 3} more)" if len(reasons) > 3 else ""
         reason = "; ".join(reasons[:3]) + more
+        new_curves = self._new_measurements
         self._dirty, self._first_dirty, self._new_measurements = [], None, False
         # Nodes whose ranks are leaving are free for this decision: they will be soon.
         usable = {
@@ -283,6 +286,9 @@ class ControllerCore:
             node = self.nodes[node_id]
             if node.job in holdings and not node.leaving:
                 holdings[node.job].append(node_id)
+        if not new_curves and self._same_as_last(holdings, set(usable)):
+            self.skipped += 1
+            return
         decision = decide(
             number=len(self.decisions) + 1,
             now=now,
@@ -295,6 +301,7 @@ class ControllerCore:
             progress=self.progress,
         )
         self.decisions.append(decision)
+        self._last_usable = set(usable)
         logger.info("%s", decision.summary())
         for name, (before, after) in decision.changes.items():
             terms = decision.terms[name]
@@ -307,6 +314,33 @@ class ControllerCore:
                 terms.rate_before,
                 terms.rate_after,
             )
+
+    def _same_as_last(self, holdings: dict[str, list[str]], usable: set[str]) -> bool:
+        """Whether the last decision is still the answer: every job holds exactly what it was
+        given, nodes that left were given to nobody, and nodes that came could go to nobody
+        (every job is at its maximum). Removing an unused option or adding one no job may take
+        leaves the optimum where it was, so solving again would repeat it; a node event of
+        this kind is most of a large idle pool's events. Not used with the ``completion``
+        objective, whose weights move with every job's progress."""
+        if not self.decisions or self.settings.policy.objective == "completion":
+            return False
+        last = self.decisions[-1]
+        given: dict[str, set[str]] = {name: set() for name in self.jobs}
+        for node, job in last.owner.items():
+            if job not in given:
+                return False  # a job ended: its nodes are to be shared out
+            given[job].add(node)
+        if set(last.terms) != set(self.jobs):
+            return False  # a job arrived
+        if any(set(holdings[name]) != given[name] for name in self.jobs):
+            return False
+        before = self._last_usable
+        self._last_usable = usable
+        if before is None or (before - usable) & set(last.owner):
+            return False
+        if usable - before:
+            return all(len(holdings[n]) == spec.max_nodes for n, spec in self.jobs.items())
+        return True
 
     def _remaining(self, node: NodeState, now: float) -> float | None:
         block = self.blocks.get(node.block_id)

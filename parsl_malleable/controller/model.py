@@ -22,7 +22,9 @@ class JobSpec:
     curve in samples/s per node count if the user knows it (else the profiler learns it);
     ``scale_up_s``/``scale_down_s`` are its rescale pauses if the user knows them (else the
     profiler's measurements); ``samples`` is how many samples it must train in all, if known
-    (the ``completion`` objective needs it).
+    (the ``completion`` objective needs it); jobs with the same ``family`` (the same model and
+    batch size, as in a hyperparameter sweep) share throughput measurements and rescale pauses,
+    so each family is profiled once.
     """
 
     name: str
@@ -33,6 +35,12 @@ class JobSpec:
     scale_up_s: float | None = None
     scale_down_s: float | None = None
     samples: float | None = None
+    family: str | None = None
+
+    @property
+    def profile_key(self) -> str:
+        """Name under which the profiler keeps this job's measurements."""
+        return f"family:{self.family}" if self.family else self.name
 
     def __post_init__(self) -> None:
         if not self.name:

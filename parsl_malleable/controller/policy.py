@@ -78,13 +78,14 @@ def job_curve(
     """The curve the allocator uses for ``spec`` and where it came from."""
     if spec.curve is not None:
         return spec.curve, "user"
+    key = spec.profile_key
     if settings.curve_model == "points" and settings.profiler:
-        measured = profiler.measured(spec.name)
+        measured = profiler.measured(key)
         return points_curve(measured, spec.max_nodes, prior_rate), (
             "points" if measured else "prior"
         )
-    if settings.profiler and profiler.measured(spec.name):
-        curve = profiler.curve(spec.name, spec.max_nodes)
+    if settings.profiler and profiler.measured(key):
+        curve = profiler.curve(key, spec.max_nodes)
         return curve.shifted(settings.explore_kappa), "profiled"
     # Linear scaling from zero: the prior never claims a size is worse than another.
     return ScalingCurve((0, spec.max_nodes), (0.0, prior_rate * spec.max_nodes)), "prior"
@@ -98,11 +99,11 @@ def reference_rate(
         return settings.prior_rate
     rates = []
     for spec in jobs:
-        seen = settings.profiler and profiler.measured(spec.name)
+        seen = settings.profiler and profiler.measured(spec.profile_key)
         if seen:
             # The curve is cached until the job's next sample; a fresh model prediction per
             # job and decision was a sixth of a replay's time.
-            rates.append(profiler.curve(spec.name, spec.max_nodes)(1))
+            rates.append(profiler.curve(spec.profile_key, spec.max_nodes)(1))
         elif spec.curve is not None:
             rates.append(spec.curve(1))
     rates = [r for r in rates if r > 0]
@@ -125,7 +126,7 @@ def completion_weights(jobs: Sequence[JobSpec], progress: Mapping[str, float]) -
 
 def _rescale_cost(spec: JobSpec, profiler: ScalabilityProfiler, kind: str) -> float:
     given = spec.scale_up_s if kind == "up" else spec.scale_down_s
-    return given if given is not None else profiler.rescale_cost(spec.name, kind)
+    return given if given is not None else profiler.rescale_cost(spec.profile_key, kind)
 
 
 def _windows(remaining: Mapping[str, float | None]) -> list[NodeWindow]:

@@ -222,3 +222,22 @@ def test_job_spec_refuses_bad_costs_and_totals():
         JobSpec("a", scale_up_s=-1.0)
     with pytest.raises(ConfigError, match="samples"):
         JobSpec("a", samples=0.0)
+
+
+def test_node_events_that_cannot_change_the_answer_make_no_new_decision():
+    c = ControllerCore(CoreSettings(debounce_s=0.0, max_delay_s=0.0))
+    add_nodes(c, 0.0, 4)
+    c.add_job(JobSpec("a", 1, 2, curve=LINEAR), 0.0)
+    c.step(0.0)
+    c.step(0.0)  # starts on the two nodes it was given
+    assert len(c.decisions) == 1 and len(c.decisions[-1].nodes_of("a")) == 2
+    spare = next(n for n in c.nodes if n not in c.decisions[-1].owner)
+    c.node_gone(spare, 1.0)  # nobody's node leaves
+    c.node_ready("late", "b1", 2.0)  # the job is at its maximum: nobody may take it
+    c.step(3.0)
+    assert len(c.decisions) == 1 and c.skipped == 2 - 1  # both events, one due decision
+    held = c.decisions[-1].nodes_of("a")[0]
+    c.node_gone(held, 4.0)  # the job's own node leaves: decide again
+    c.step(5.0)
+    assert len(c.decisions) == 2
+    assert len(c.decisions[-1].nodes_of("a")) == 2
