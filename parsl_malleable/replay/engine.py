@@ -111,6 +111,7 @@ class Replay:
             scale_up_s=job.scale_up_s if given else None,
             scale_down_s=job.scale_down_s if given else None,
             samples=job.samples,
+            family=job.family if self.policy.share_families else None,
         )
 
     # ------------------------------------------------------------------ events

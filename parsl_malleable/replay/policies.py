@@ -7,8 +7,9 @@
   exactly, which is the intent, so that bound is not reproduced.
 * ``malletrain``: the same, without user curves: throughput measured online, planned with the
   measured points joined by straight lines (MalleTrain, ICPE 2024).
-* ``ours``: no user curves (the profiler's model, optimistic where unsure), windows predicted
-  per node (horizon classes), pauses charged for starts, decisions debounced.
+* ``ours``: no user curves (the profiler's model, optimistic where unsure; jobs of one model
+  share their measurements), windows predicted per node (horizon classes), pauses charged for
+  starts, decisions debounced.
 * ``ours+curves``: ``ours`` given the user's curves and costs.
 * ``greedy``: the allocator's greedy rule (best marginal gain per node, never shrinks a job)
   with the user's curves, re-run at every event.
@@ -37,6 +38,7 @@ class ReplayPolicy:
     user_curves: bool
     windows: bool
     window_quantile: float = 0.5
+    share_families: bool = False
 
 
 def make_policy(
@@ -77,7 +79,9 @@ def make_policy(
         core = CoreSettings(
             debounce_s=0.5, max_delay_s=2.0, redecide_s=300.0, drain_margin_s=0.0, policy=policy
         )
-        return ReplayPolicy(name, core, user_curves=name == "ours+curves", windows=True)
+        return ReplayPolicy(
+            name, core, user_curves=name == "ours+curves", windows=True, share_families=True
+        )
     raise ConfigError(f"unknown replay policy {name!r}; choose one of {', '.join(POLICIES)}")
 
 

@@ -16,7 +16,8 @@ from parsl_malleable.traces._io import open_text
 @dataclass(frozen=True)
 class ReplayJob:
     """One training job of a replay: its true curve and costs (the replay's physics), bounds,
-    the samples it must train, and when it is submitted (seconds, the idle timeline's clock)."""
+    the samples it must train, and when it is submitted (seconds, the idle timeline's clock);
+    ``family`` names its model (jobs of one family have the same curve)."""
 
     name: str
     curve: ScalingCurve
@@ -26,6 +27,7 @@ class ReplayJob:
     scale_down_s: float
     samples: float
     submit: float
+    family: str | None = None
 
     def __post_init__(self) -> None:
         if not self.samples > 0:
@@ -47,7 +49,8 @@ def load_replay_workload(
     directory: str | Path, name: str, limit: int | None = None
 ) -> list[ReplayJob]:
     """FreeTrain's workload ``name`` (``<name>-jobs.csv``: ``Pmax`` samples, ``Tsub`` submit
-    time; ``<name>-scaling.csv``: curves), jobs in submit order."""
+    time; ``<name>-scaling.csv``: curves), jobs in submit order. A job's family is the model in
+    its name (``J00001-vgg16``: ``vgg16``), else the workload's."""
     directory = Path(directory)
     jobs = {job.name: job for job in load_workload(directory, name, limit)}
     path = _csv_file(directory, f"{name}-jobs")
@@ -77,6 +80,7 @@ def load_replay_workload(
                 job.scale_down_cost,
                 samples,
                 submit,
+                family=job.name.split("-", 1)[1] if "-" in job.name else name,
             )
         )
     return out
