@@ -117,3 +117,18 @@ def test_user_curves_reach_the_controller_only_when_the_policy_gives_them(summit
     assert given._spec(jobs[0]).curve is jobs[0].curve
     assert learned._spec(jobs[0]).curve is None
     assert learned._spec(jobs[0]).scale_up_s is None
+
+
+def test_skipping_decisions_that_cannot_change_changes_nothing(summit_slice, monkeypatch):
+    from parsl_malleable.controller.core import ControllerCore
+
+    tl, jobs = summit_slice
+    policy = make_policy("freetrain", time_limit_s=5.0)
+    with_rule = Replay(tl, jobs, policy)
+    first = with_rule.run()
+    monkeypatch.setattr(ControllerCore, "_same_as_last", lambda self, holdings, usable: False)
+    second = Replay(tl, jobs, policy).run()
+    assert with_rule.core.skipped > 0
+    assert first.decisions + with_rule.core.skipped == second.decisions
+    assert first.trained == pytest.approx(second.trained, rel=1e-9)
+    assert [j.rescales for j in first.jobs] == [j.rescales for j in second.jobs]
