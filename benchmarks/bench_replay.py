@@ -9,7 +9,8 @@ submit times, at most 10 jobs at a time (FreeTrain's replayer), under every poli
 
 ``jct``: mean job completion time with the ``completion`` objective against FreeTrain's
 throughput objective, every job admitted at once (the allocator chooses who runs), on the
-first ``--jct-nodes`` Summit nodes and ``--jct-days`` days with ``--jct-jobs`` jobs.
+first ``--jct-nodes`` Summit nodes and ``--jct-days`` days with ``--jct-jobs`` jobs of each
+workload.
 
 ``traces``: every carried job trace simulated under EASY backfill; its idle nodes harvested by
 a 16-job HPO sweep (ShuffleNet, 10 ImageNet epochs each) submitted on day 5, against the same
@@ -58,11 +59,11 @@ def _summit_run(args: tuple[str, str, float | None, int]) -> ReplayResult:
     return Replay(timeline, jobs, make_policy(policy), max_jobs=max_jobs).run()
 
 
-def _jct_run(args: tuple[str, str, int, float, int]) -> ReplayResult:
+def _jct_run(args: tuple[str, str, str, int, float, int]) -> ReplayResult:
     _quiet()
-    policy, objective, nodes, days, count = args
+    policy, objective, workload, nodes, days, count = args
     timeline = summit_timeline(nodes, days)
-    jobs = workload_jobs("imagenet-imgps-1001J", timeline, limit=count)
+    jobs = workload_jobs(workload, timeline, limit=count)
     result = Replay(timeline, jobs, make_policy(policy, objective=objective), max_jobs=count).run()
     return replace(result, policy=f"{policy} ({objective})")
 
@@ -142,22 +143,32 @@ def part_summit(pool: ProcessPoolExecutor, days: float | None, policies: tuple[s
 
 
 def part_jct(pool: ProcessPoolExecutor, nodes: int, days: float, count: int) -> None:
-    runs = [
-        ("freetrain", "throughput", nodes, days, count),
-        ("ours+curves", "completion", nodes, days, count),
-        ("ours", "completion", nodes, days, count),
-        ("ours", "throughput", nodes, days, count),
-    ]
-    results = list(pool.map(_jct_run, runs))
-    print(f"\nCompletion time: Summit first {nodes} nodes, {days} days, {count} jobs all admitted")
-    print(HEADER)
-    for r in results:
-        print(_row(r))
-    base = results[0]
-    for r in results[1:]:
-        change = r.mean_completion_s / base.mean_completion_s - 1
-        samples = r.trained / base.trained - 1
-        print(f"{r.policy}: mean JCT {change:+.1%}, samples {samples:+.1%} against {base.policy}")
+    for workload in SUMMIT_WORKLOADS:
+        runs = [
+            (policy, objective, workload, nodes, days, count)
+            for policy, objective in (
+                ("freetrain", "throughput"),
+                ("ours+curves", "completion"),
+                ("ours", "completion"),
+            )
+        ]
+        results = list(pool.map(_jct_run, runs))
+        print(
+            f"\nCompletion time, {workload}: Summit's first {nodes} nodes, {days:g} days, "
+            f"{count} jobs all admitted"
+        )
+        print(HEADER)
+        for r in results:
+            print(_row(r))
+        base = results[0]
+        for r in results[1:]:
+            jct = r.mean_completion_s / base.mean_completion_s - 1
+            samples = r.trained / base.trained - 1
+            ttr = r.time_to_result_s / base.time_to_result_s - 1
+            print(
+                f"{r.policy}: mean JCT {jct:+.1%}, time to result {ttr:+.1%}, "
+                f"samples {samples:+.1%} against {base.policy}"
+            )
 
 
 def part_traces(pool: ProcessPoolExecutor) -> None:

@@ -13,6 +13,7 @@ first, as shortest-remaining-first does for the mean completion time.
 
 from __future__ import annotations
 
+import math
 import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
@@ -42,7 +43,9 @@ class PolicySettings:
     profiler is unsure of; ``prior_rate`` is the samples/s per node assumed for a job nothing is
     known about (default: the mean one-node rate of the jobs measured so far, else 1);
     ``curve_model`` is ``gp`` (the profiler's model) or ``points`` (MalleTrain's);
-    ``charge_start=False`` plans as FreeTrain does, with no pause for a job started from 0 nodes.
+    ``charge_start=False`` plans as FreeTrain does, with no pause for a job started from 0 nodes;
+    ``completion_decay`` is the weight ratio between consecutive jobs of the ``completion``
+    objective (see :func:`completion_weights`).
     """
 
     objective: str = "weighted"
@@ -59,10 +62,13 @@ class PolicySettings:
     prior_rate: float | None = None
     curve_model: str = "gp"
     charge_start: bool = True
+    completion_decay: float = 0.5
 
     def __post_init__(self) -> None:
         if self.objective != "completion":
             check_objective(self.objective)
+        if not 0.0 < self.completion_decay <= 1.0:
+            raise ConfigError(f"completion_decay must be in (0, 1]; got {self.completion_decay}")
         if self.curve_model not in CURVE_MODELS:
             raise ConfigError(
                 f"curve_model {self.curve_model!r} is not one of {', '.join(CURVE_MODELS)}"
@@ -110,18 +116,39 @@ def reference_rate(
     return sum(rates) / len(rates) if rates else 1.0
 
 
-def completion_weights(jobs: Sequence[JobSpec], progress: Mapping[str, float]) -> dict[str, float]:
-    """``completion`` weights: priority over samples left, scaled so that their mean is 1.
+# Jobs ranked beyond this share the last weight: their order matters little (they get what is
+# left) and weights of decay**40 would be lost in the solver's tolerances.
+COMPLETION_RANKS = 8
 
-    A job whose total is unknown counts as having the mean amount left.
+
+def completion_weights(
+    jobs: Sequence[JobSpec],
+    progress: Mapping[str, float],
+    unit_rates: Mapping[str, float],
+    decay: float,
+) -> dict[str, float]:
+    """``completion`` weights: shortest remaining work first, as a soft priority.
+
+    Jobs are ranked by remaining work (samples left over their one-node rate; ties in the order
+    given, which is arrival order; unknown totals last) and the job of rank ``k`` weighs
+    ``priority * decay**k``. The top job then grows while a node adds more to it than ``decay``
+    times what it would add to the next one: jobs finish one after another, each at a size
+    that still scales, instead of all together at the end (a weight per samples left alone
+    keeps equal jobs equal, and they all finish late).
     """
-    left = {
-        spec.name: max(spec.samples - progress.get(spec.name, 0.0), 1.0)
-        for spec in jobs
-        if spec.samples is not None
+
+    def work(spec: JobSpec) -> float:
+        if spec.samples is None:
+            return math.inf
+        left = max(spec.samples - progress.get(spec.name, 0.0), 0.0)
+        rate = unit_rates.get(spec.name, 0.0)
+        return left / rate if rate > 0 else math.inf
+
+    order = sorted(range(len(jobs)), key=lambda i: (work(jobs[i]), i))
+    return {
+        jobs[i].name: jobs[i].priority * decay ** min(rank, COMPLETION_RANKS)
+        for rank, i in enumerate(order)
     }
-    mean_left = sum(left.values()) / len(left) if left else 1.0
-    return {spec.name: spec.priority * mean_left / left.get(spec.name, mean_left) for spec in jobs}
 
 
 def _rescale_cost(spec: JobSpec, profiler: ScalabilityProfiler, kind: str) -> float:
@@ -154,16 +181,21 @@ def decide(
     ``progress`` the samples each job has trained (for the ``completion`` objective)."""
     began = time.perf_counter()
     prior = reference_rate(jobs, profiler, settings)
+    sources: dict[str, str] = {}
+    curves: dict[str, ScalingCurve] = {}
+    for spec in jobs:
+        curves[spec.name], sources[spec.name] = job_curve(spec, profiler, settings, prior)
     objective = settings.objective
     weights = {spec.name: spec.priority for spec in jobs}
     if objective == "completion":
-        objective, weights = "weighted", completion_weights(jobs, progress or {})
+        unit = {name: curve(1) for name, curve in curves.items()}
+        weights = completion_weights(jobs, progress or {}, unit, settings.completion_decay)
+        objective = "weighted"
     training: list[TrainingJob] = []
-    sources: dict[str, str] = {}
     kept: set[str] = set()
     held_count: dict[str, int] = {}
     for spec in jobs:
-        curve, sources[spec.name] = job_curve(spec, profiler, settings, prior)
+        curve = curves[spec.name]
         held = tuple(n for n in holdings.get(spec.name, ()) if n in remaining)
         held_count[spec.name] = len(held)
         # A job below its minimum (a node was lost) is planned afresh: its nodes are free.

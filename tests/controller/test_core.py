@@ -241,3 +241,14 @@ def test_node_events_that_cannot_change_the_answer_make_no_new_decision():
     c.step(5.0)
     assert len(c.decisions) == 2
     assert len(c.decisions[-1].nodes_of("a")) == 2
+
+
+def test_completion_weights_rank_by_remaining_work_then_arrival():
+    from parsl_malleable.controller.policy import completion_weights
+
+    jobs = [JobSpec(n, samples=1000.0) for n in ("first", "second", "short")]
+    weights = completion_weights(
+        jobs, {"short": 900.0}, {"first": 1.0, "second": 1.0, "short": 1.0}, decay=0.5
+    )
+    # short has 100 samples of work left, the others 1000 each (ties: arrival order)
+    assert weights == {"short": 1.0, "first": 0.5, "second": 0.25}
