@@ -124,8 +124,13 @@ def _plot_done(results: list[ReplayResult], title: str, path: Path) -> None:
     plt.close(fig)
 
 
-def part_summit(pool: ProcessPoolExecutor, days: float | None, policies: tuple[str, ...]) -> None:
-    for workload in SUMMIT_WORKLOADS:
+def part_summit(
+    pool: ProcessPoolExecutor,
+    days: float | None,
+    policies: tuple[str, ...],
+    workloads: tuple[str, ...] = SUMMIT_WORKLOADS,
+) -> None:
+    for workload in workloads:
         began = time.perf_counter()
         runs = [(p, workload, days, 10) for p in policies]
         results = list(pool.map(_summit_run, runs))
@@ -196,14 +201,14 @@ def part_traces(pool: ProcessPoolExecutor) -> None:
             ttr = s["time_to_result_h"]
             print(
                 f"| {trace_name} | {r.policy} | {s['harvested_fraction']:.1%} | "
-                f"{s['efficiency']:.1%} | {ttr:.1f} | 0 / 0 (yields at once) |"
+                f"{s['efficiency']:.1%} | {ttr:.2f} | 0 / 0 (yields at once) |"
             )
         trace = read_trace(data_file(trace_name))
         start = float(trace.jobs["submit"].min()) + SWEEP_DAY * 86400
         jobs = sweep(replace(template, samples=SWEEP_SAMPLES), SWEEP_JOBS, start)
         batch = batch_sweep(trace, jobs, BATCH_NODES)
         print(
-            f"| {trace_name} | batch | - | - | {batch.time_to_result_s / 3600:.1f} | "
+            f"| {trace_name} | batch | - | - | {batch.time_to_result_s / 3600:.2f} | "
             f"{batch.native_delay_mean_s:.0f} / {batch.native_delay_max_s:.0f} |"
         )
 
@@ -213,6 +218,7 @@ def main() -> None:
     parser.add_argument("--part", choices=("summit", "jct", "traces", "all"), default="all")
     parser.add_argument("--days", type=float, help="Summit: only the first D days")
     parser.add_argument("--policy", action="append", choices=POLICIES)
+    parser.add_argument("--workload", action="append", choices=SUMMIT_WORKLOADS)
     parser.add_argument("--jct-nodes", type=int, default=1000)
     parser.add_argument("--jct-days", type=float, default=3.0)
     parser.add_argument("--jct-jobs", type=int, default=40)
@@ -221,7 +227,8 @@ def main() -> None:
     (REPO / "docs" / "img").mkdir(parents=True, exist_ok=True)
     with ProcessPoolExecutor(args.workers) as pool:
         if args.part in ("summit", "all"):
-            part_summit(pool, args.days, tuple(args.policy or POLICIES))
+            workloads = tuple(args.workload or SUMMIT_WORKLOADS)
+            part_summit(pool, args.days, tuple(args.policy or POLICIES), workloads)
         if args.part in ("jct", "all"):
             part_jct(pool, args.jct_nodes, args.jct_days, args.jct_jobs)
         if args.part in ("traces", "all"):
