@@ -201,14 +201,14 @@ def part_traces(pool: ProcessPoolExecutor) -> None:
             ttr = s["time_to_result_h"]
             print(
                 f"| {trace_name} | {r.policy} | {s['harvested_fraction']:.1%} | "
-                f"{s['efficiency']:.1%} | {ttr:.2f} | 0 / 0 (yields at once) |"
+                f"{s['efficiency']:.1%} | {ttr:.1f} | 0 / 0 (yields at once) |"
             )
         trace = read_trace(data_file(trace_name))
         start = float(trace.jobs["submit"].min()) + SWEEP_DAY * 86400
         jobs = sweep(replace(template, samples=SWEEP_SAMPLES), SWEEP_JOBS, start)
         batch = batch_sweep(trace, jobs, BATCH_NODES)
         print(
-            f"| {trace_name} | batch | - | - | {batch.time_to_result_s / 3600:.2f} | "
+            f"| {trace_name} | batch | - | - | {batch.time_to_result_s / 3600:.1f} | "
             f"{batch.native_delay_mean_s:.0f} / {batch.native_delay_max_s:.0f} |"
         )
 
