@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import csv
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 from parsl_malleable.errors import TraceFormatError
 from parsl_malleable.sim.simulate import SimResult
-from parsl_malleable.traces._io import open_text
+from parsl_malleable.traces.idle import read_idle_intervals
 
 
 @dataclass(frozen=True)
@@ -87,34 +87,18 @@ class IdleTimeline:
 
 def load_idle_intervals(path: str | Path) -> IdleTimeline:
     """``node,idle_start,idle_end`` rows (plain or gzip CSV, Unix seconds), as in the Summit
-    trace; node names are numbered in order of first appearance."""
-    path = Path(path)
-    ids: dict[str, int] = {}
-    node: list[int] = []
-    start: list[float] = []
-    end: list[float] = []
-    try:
-        with open_text(path, newline="") as handle:
-            reader = csv.DictReader(handle)
-            missing = {"node", "idle_start", "idle_end"} - set(reader.fieldnames or [])
-            if missing:
-                raise TraceFormatError(path, 1, f"missing column(s) {', '.join(sorted(missing))}")
-            for line, row in enumerate(reader, start=2):
-                try:
-                    a, b = float(row["idle_start"]), float(row["idle_end"])
-                except (TypeError, ValueError) as exc:
-                    raise TraceFormatError(path, line, f"bad idle interval: {exc}") from None
-                if not (np.isfinite(a) and np.isfinite(b) and b >= a):
-                    raise TraceFormatError(path, line, "idle_end must be finite and >= idle_start")
-                node.append(ids.setdefault(row["node"], len(ids)))
-                start.append(a)
-                end.append(b)
-    except (OSError, EOFError, UnicodeDecodeError) as exc:
-        raise TraceFormatError(path, None, f"cannot read: {exc}") from None
-    if not node:
-        raise TraceFormatError(path, None, "no idle interval")
+    trace, read by :func:`~parsl_malleable.traces.idle.read_idle_intervals`; nodes are numbered
+    in order of first appearance."""
+    frame = read_idle_intervals(path)
+    if frame.empty:
+        raise TraceFormatError(Path(path), None, "no idle interval")
+    node, names = pd.factorize(frame["node"])
     return IdleTimeline.build(
-        tuple(ids), np.array(node), np.array(start), np.array(end), source=path.name
+        tuple(names),
+        node,
+        frame["idle_start"].to_numpy(),
+        frame["idle_end"].to_numpy(),
+        source=Path(path).name,
     )
 
 

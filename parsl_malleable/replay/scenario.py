@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from parsl_malleable import data
@@ -59,8 +60,6 @@ def hpo_sweep(
     """A ``count``-job HPO sweep of FreeTrain's ShuffleNet job, submitted an hour in."""
     template = load_replay_workload(bftrainer_dir(), "hps-shufflenet-1000J", limit=1)[0]
     if samples is not None:
-        from dataclasses import replace
-
         template = replace(template, samples=samples)
     return sweep(template, count, timeline.t0 + 3600)
 

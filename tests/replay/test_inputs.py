@@ -35,9 +35,9 @@ def test_idle_intervals_merge_touching_rows_and_clip(tmp_path):
 @pytest.mark.parametrize(
     ("text", "says"),
     [
-        ("node,start\n", "missing column"),
-        ("node,idle_start,idle_end\na,5,x\n", r"idle.csv:2: bad idle interval"),
-        ("node,idle_start,idle_end\na,5,1\n", ">= idle_start"),
+        ("node,start\n", "header lacks columns"),
+        ("node,idle_start,idle_end\na,5,x\n", r"idle.csv:2: idle_end 'x' is not a number"),
+        ("node,idle_start,idle_end\na,5,1\n", "idle.csv:2: idle_end is before idle_start"),
         ("node,idle_start,idle_end\n", "no idle interval"),
     ],
 )
