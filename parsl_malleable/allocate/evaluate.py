@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 
 from parsl_malleable.allocate.horizon import HorizonClasses
 from parsl_malleable.allocate.objectives import combine, job_scale
-from parsl_malleable.allocate.piecewise import concave_envelope, envelope_rate
+from parsl_malleable.allocate.piecewise import best_envelope_rate
 from parsl_malleable.allocate.spec import TrainingJob
 
 
@@ -23,8 +23,7 @@ def _best_rate(job: TrainingJob, left: int, coefficient: float) -> float:
     hi = min(left, job.max_nodes)
     if coefficient <= 0 or hi <= 0:
         return 0.0
-    candidates = [n for n, _ in concave_envelope(job) if n <= hi] + [hi]
-    return max(envelope_rate(job, n) for n in candidates)
+    return best_envelope_rate(job, hi)
 
 
 def job_score(
