@@ -25,6 +25,7 @@ from parsl_malleable.allocate.objectives import check_objective
 from parsl_malleable.allocate.spec import NodeWindow, TrainingJob
 from parsl_malleable.controller.model import Decision, JobSpec, JobTerms
 from parsl_malleable.errors import ConfigError
+from parsl_malleable.profile.design import size_grid
 from parsl_malleable.profile.points import points_curve
 from parsl_malleable.profile.profiler import ScalabilityProfiler
 
@@ -45,7 +46,9 @@ class PolicySettings:
     ``curve_model`` is ``gp`` (the profiler's model) or ``points`` (MalleTrain's);
     ``charge_start=False`` plans as FreeTrain does, with no pause for a job started from 0 nodes;
     ``completion_decay`` is the weight ratio between consecutive jobs of the ``completion``
-    objective (see :func:`completion_weights`).
+    objective (see :func:`completion_weights`); ``threads`` is the solver's thread count (one:
+    the models have a few hundred columns, and HiGHS's thread pool made each solve of a Summit
+    replay 1.6 times slower on two cores; ``None`` lets the solver choose).
     """
 
     objective: str = "weighted"
@@ -63,6 +66,7 @@ class PolicySettings:
     curve_model: str = "gp"
     charge_start: bool = True
     completion_decay: float = 0.5
+    threads: int | None = 1
 
     def __post_init__(self) -> None:
         if self.objective != "completion":
@@ -91,7 +95,10 @@ def job_curve(
             "points" if measured else "prior"
         )
     if settings.profiler and profiler.measured(key):
-        curve = profiler.curve(key, spec.max_nodes)
+        # On the profiler's grid only: a breakpoint at every size measured so far (up to
+        # max_nodes of them) doubled the MILP's binaries and its solve time for a curve that
+        # is the same smooth model between grid points.
+        curve = profiler.curve(key, spec.max_nodes, size_grid(spec.max_nodes))
         return curve.shifted(settings.explore_kappa), "profiled"
     # Linear scaling from zero: the prior never claims a size is worse than another.
     return ScalingCurve((0, spec.max_nodes), (0.0, prior_rate * spec.max_nodes)), "prior"
@@ -109,7 +116,8 @@ def reference_rate(
         if seen:
             # The curve is cached until the job's next sample; a fresh model prediction per
             # job and decision was a sixth of a replay's time.
-            rates.append(profiler.curve(spec.profile_key, spec.max_nodes)(1))
+            grid = size_grid(spec.max_nodes)
+            rates.append(profiler.curve(spec.profile_key, spec.max_nodes, grid)(1))
         elif spec.curve is not None:
             rates.append(spec.curve(1))
     rates = [r for r in rates if r > 0]
@@ -226,6 +234,7 @@ def decide(
         max_horizon_s=settings.max_horizon_s,
         max_classes=settings.max_classes,
         charge_start=settings.charge_start,
+        threads=settings.threads,
     )
     owner = {node: name for name, ids in result.node_ids.items() for node in ids}
     terms: dict[str, JobTerms] = {}
