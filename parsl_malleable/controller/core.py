@@ -180,12 +180,7 @@ class ControllerCore:
         """
         times = []
         if self._first_dirty is not None:
-            times.append(
-                min(
-                    self._last_event + self.settings.debounce_s,
-                    self._first_dirty + self.settings.max_delay_s,
-                )
-            )
+            times.append(self._dirty_due())
         elif self._new_measurements and self.decisions:
             times.append(self.decisions[-1].time + self.settings.redecide_s)
         margin = self.settings.drain_margin_s
@@ -243,6 +238,15 @@ class ControllerCore:
         if self._first_dirty is None:
             self._first_dirty = now
 
+    def _dirty_due(self) -> float:
+        """When the pending events are decided (there are some). ``next_due`` and ``step``
+        both use this one expression, so a jumping clock lands exactly on it."""
+        assert self._first_dirty is not None
+        return min(
+            self._last_event + self.settings.debounce_s,
+            self._first_dirty + self.settings.max_delay_s,
+        )
+
     def _expire(self, now: float) -> None:
         margin = self.settings.drain_margin_s
         for block in self.blocks.values():
@@ -259,9 +263,7 @@ class ControllerCore:
                 self._touch(now, "new throughput measurements")
                 return True
             return False
-        quiet = now - self._last_event >= self.settings.debounce_s
-        overdue = now - self._first_dirty >= self.settings.max_delay_s
-        return quiet or overdue
+        return now >= self._dirty_due()
 
     def _decide(self, now: float) -> None:
         reasons = list(dict.fromkeys(self._dirty))
