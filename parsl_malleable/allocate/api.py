@@ -10,6 +10,7 @@ import pulp
 
 from parsl_malleable.allocate.assign import assign_nodes
 from parsl_malleable.allocate.count_model import build_count_model
+from parsl_malleable.allocate.equal import equal_counts
 from parsl_malleable.allocate.errors import AllocationInputError, AllocationSolverError
 from parsl_malleable.allocate.evaluate import objective_value
 from parsl_malleable.allocate.greedy import greedy_counts
@@ -108,7 +109,8 @@ def allocate(
     plan covers up to ``max_horizon_s`` in at most ``max_classes`` horizon classes.
     ``objective`` is ``throughput``, ``weighted``, ``speedup`` or ``maxmin``; ``node_cap`` caps
     the nodes harvested. ``solver`` is ``cbc``, ``highs``, ``greedy`` or a configured
-    ``pulp.LpSolver`` (then ``time_limit`` and ``gap_rel`` are its own business). If the
+    ``pulp.LpSolver`` (then ``time_limit`` and ``gap_rel`` are its own business); ``equal``
+    shares the nodes equally and ignores the curves (a baseline, see ``allocate/equal.py``). If the
     solver fails or hits ``time_limit`` without an incumbent, the greedy rule is used and
     ``fallback`` is set in the result (with ``fallback=False`` an ``AllocationSolverError`` is
     raised instead).
@@ -162,7 +164,13 @@ def allocate(
         greedy_value = objective_value(jobs, greedy, classes, objective, **options)
         solve_s += time.perf_counter() - began
 
-    if solver != "greedy" and jobs and classes.ends:
+    if solver == "equal":
+        began = time.perf_counter()
+        counts = equal_counts(jobs, classes, node_cap=node_cap)
+        value = objective_value(jobs, counts, classes, objective, **options)
+        solve_s = time.perf_counter() - began
+        status = "heuristic"
+    elif solver != "greedy" and jobs and classes.ends:
         began = time.perf_counter()
         model = build_count_model(jobs, classes, objective=objective, node_cap=node_cap, **options)
         build_s = time.perf_counter() - began

@@ -33,7 +33,7 @@ from parsl_malleable.inputs import FiniteFloat
     help="node,idle_start,idle_end CSV: draw each node's remaining window from it.",
 )
 @click.option("--objective", type=click.Choice(OBJECTIVES), default="throughput")
-@click.option("--solver", type=click.Choice(["highs", "cbc", "greedy"]), default="highs")
+@click.option("--solver", type=click.Choice(["highs", "cbc", "greedy", "equal"]), default="highs")
 @click.option(
     "--time-limit", type=FiniteFloat(gt=0), default=10.0, show_default=True, help="Seconds."
 )

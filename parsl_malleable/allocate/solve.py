@@ -13,7 +13,7 @@ import pulp
 
 from parsl_malleable.allocate.errors import AllocationInputError
 
-SOLVERS = ("cbc", "highs", "greedy")
+SOLVERS = ("cbc", "highs", "greedy", "equal")
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 _NAME = re.compile(NAME)
 
 Objective = Literal["throughput", "weighted", "speedup", "maxmin"]
-Solver = Literal["cbc", "highs", "greedy"]
+Solver = Literal["cbc", "highs", "greedy", "equal"]
 assert set(Objective.__args__) == set(OBJECTIVES)  # type: ignore[attr-defined]
 assert set(Solver.__args__) == set(SOLVERS)  # type: ignore[attr-defined]
 
