@@ -42,6 +42,7 @@ from parsl_malleable.replay.result import ReplayResult
 from parsl_malleable.replay.scenario import summit_timeline, workload_jobs
 
 SUMMIT_WORKLOADS = ("imagenet-imgps-1001J", "hps-shufflenet-1000J")
+SUMMIT_POLICIES = ("freetrain", "malletrain", "ours", "ours+curves", "greedy")
 TRACES = ("theta_2022.swf", "UniLu-Gaia-2014-1.swf", "hpc2n.swf", "wagap-2013.swf")
 SWEEP_JOBS, SWEEP_SAMPLES, SWEEP_DAY, BATCH_NODES = 16, 13e6, 5.0, 4
 
@@ -228,7 +229,7 @@ def main() -> None:
     with ProcessPoolExecutor(args.workers) as pool:
         if args.part in ("summit", "all"):
             workloads = tuple(args.workload or SUMMIT_WORKLOADS)
-            part_summit(pool, args.days, tuple(args.policy or POLICIES), workloads)
+            part_summit(pool, args.days, tuple(args.policy or SUMMIT_POLICIES), workloads)
         if args.part in ("jct", "all"):
             part_jct(pool, args.jct_nodes, args.jct_days, args.jct_jobs)
         if args.part in ("traces", "all"):

@@ -51,6 +51,21 @@ def test_a_reclaimed_node_costs_a_scale_down_pause():
     assert outcome.paused_s == pytest.approx(15.0)
 
 
+def test_greedy_shares_equally_where_freetrain_follows_the_curves():
+    # Four nodes, two jobs: one scales linearly, one gains nothing past a node.
+    flat = ScalingCurve((0, 1, 8), (0.0, 10.0, 10.0))
+    jobs = [
+        ReplayJob("linear", LINEAR, 1, 8, 10.0, 5.0, 1e9, 0.0),
+        ReplayJob("flat", flat, 1, 8, 10.0, 5.0, 1e9, 0.0),
+    ]
+    tl = timeline([(n, 0.0, 5000.0) for n in range(4)], t1=5000.0)
+    equal = {o.name: o.node_seconds for o in Replay(tl, jobs, make_policy("greedy")).run().jobs}
+    curves = {o.name: o.node_seconds for o in Replay(tl, jobs, make_policy("freetrain")).run().jobs}
+    assert equal["linear"] == pytest.approx(equal["flat"]) == pytest.approx(2 * 5000.0)
+    assert curves["linear"] == pytest.approx(3 * 5000.0)
+    assert curves["flat"] == pytest.approx(5000.0)
+
+
 class CheckedReplay(Replay):
     """A replay that checks, at every step of its clock, that no node is held by two jobs
     and that every held node is idle in the timeline for the whole step."""
