@@ -13,7 +13,7 @@ from parsl_malleable.allocate import (
     load_workload,
 )
 from parsl_malleable.allocate.horizon import classify
-from parsl_malleable.allocate.piecewise import concave_envelope
+from parsl_malleable.allocate.piecewise import best_envelope_rate, concave_envelope, envelope_rate
 from parsl_malleable.errors import TraceFormatError
 
 from .helpers import linear_job, table_job
@@ -46,6 +46,22 @@ def test_concave_envelope_covers_superlinear_points():
     job = table_job("j", {1: 10.0, 2: 15.0, 4: 40.0})
     hull = concave_envelope(job)
     assert hull == [(0, 0.0), (4, 40.0)]
+
+
+@pytest.mark.parametrize(
+    "rates",
+    [
+        {1: 10.0, 2: 15.0, 4: 40.0},  # superlinear: the envelope is one chord
+        {1: 10.0, 2: 19.0, 4: 30.0, 8: 28.0, 16: 20.0},  # peaks at 4, then falls
+        {1: 10.0, 3: 10.0, 6: 10.0},  # flat: every size past 1 ties
+        {2: 8.0, 4: 20.0, 8: 30.0},  # min_nodes 2
+    ],
+)
+def test_best_envelope_rate_is_the_envelope_maximum_up_to_the_bound(rates):
+    job = table_job("j", rates, lo=min(rates))
+    for most in range(0, max(rates) + 3):
+        scan = max(envelope_rate(job, n) for n in range(0, min(most, job.max_nodes) + 1))
+        assert best_envelope_rate(job, most) == pytest.approx(scan), most
 
 
 def test_bad_jobs_and_calls_are_named():
