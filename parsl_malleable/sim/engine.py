@@ -39,6 +39,7 @@ from parsl_malleable.sim.profile import (
     prof_coalesce,
     prof_earliest,
     prof_earliest_moving,
+    prof_fit_length,
     prof_fits_now,
 )
 
@@ -143,13 +144,17 @@ def run_schedule(
     pre_ptr: np.ndarray,
     pre_ids: np.ndarray,
     t_begin: float,
+    est_min: np.ndarray,
 ):
     """Replay jobs ``0..n-1`` on ``n_nodes`` nodes under ``policy`` (FCFS, EASY, CONSERVATIVE).
 
     Jobs ``0..n_pre-1`` are already running at ``t_begin`` on the node ids
     ``pre_ids[pre_ptr[p]:pre_ptr[p+1]]`` (used by the live-queue planner); the others arrive at
     ``submit`` (ascending, all ``>= t_begin``). Every job needs ``1 <= k <= n_nodes`` nodes and
-    ``est >= 1``.
+    ``est >= 1``. Under EASY a job with ``est_min < est`` (Slurm's ``--time-min``) that does not
+    fit before the head's reservation with ``est`` starts anyway when the hole lasts at least
+    ``est_min``, with its limit cut to the hole: ``est`` is overwritten with the granted limit
+    (pass ``est`` itself as ``est_min`` when no job has a minimum).
 
     Returns ``(start, end, first_res, backfilled, run_off, run_cnt, run_first, run_len,
     idle_first, idle_count, idle_start, idle_end, last_free, counters)``:
@@ -386,6 +391,11 @@ def run_schedule(
                             prof_valid = True
                             counters[C_PROFILE_BUILDS] += 1
                         ok = prof_fits_now(pt, pf, m, kj, est[j])
+                        if not ok and est_min[j] < est[j]:
+                            hole = prof_fit_length(pt, pf, m, kj)
+                            if hole >= est_min[j]:
+                                est[j] = min(hole, est[j])
+                                ok = True
                 if ok:
                     lo, nr, ni, run_first, run_len, idle_node, idle_cnt, idle_s, idle_e = _place(
                         j, now, kj, bits, lo, scratch, last_free, run_first, run_len, nr,

@@ -111,7 +111,7 @@ def plan_queue(
     est = np.concatenate([np.maximum(pre_run, MIN_PLAN_SECONDS), lim_pend[sel]])
     k = np.concatenate([pre_k, k_pend[sel]])
     out = run_schedule(
-        n_nodes, POLICIES[policy], submit, run, est, k, n_pre, pre_ptr, pre_ids, float(now)
+        n_nodes, POLICIES[policy], submit, run, est, k, n_pre, pre_ptr, pre_ids, float(now), est
     )
     start, end, run_off, run_cnt, run_first, run_len = (
         out[0],

@@ -129,6 +129,15 @@ def prof_fits_now(pt: np.ndarray, pf: np.ndarray, m: int, k: int, d: float) -> b
 
 
 @njit(cache=True)
+def prof_fit_length(pt: np.ndarray, pf: np.ndarray, m: int, k: int) -> float:
+    """How long from ``pt[0]`` ``k`` nodes stay free (``inf``: for good)."""
+    for j in range(m):
+        if pf[j] < k:
+            return pt[j] - pt[0]
+    return np.inf
+
+
+@njit(cache=True)
 def prof_advance(pt: np.ndarray, pf: np.ndarray, m: int, now: float) -> int:
     """Drop the past: make ``now`` the first breakpoint; return the new length."""
     i = prof_find(pt, m, now)

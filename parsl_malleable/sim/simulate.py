@@ -128,6 +128,7 @@ def simulate(
     nodes: int | None = None,
     warmup: float = 0.0,
     end_cut: str = "last_submit",
+    time_min: np.ndarray | None = None,
 ) -> SimResult:
     """Replay ``trace`` on ``nodes`` nodes (default: the trace's machine) under ``policy``.
 
@@ -141,6 +142,10 @@ def simulate(
     The statistics window starts at the first submit plus ``warmup`` seconds and ends at the last
     submit (``end_cut="last_submit"``: the drain after the last arrival is not real idleness) or
     at the last job end (``"last_end"``). Idle intervals are clipped to it.
+
+    ``time_min`` (one value per job row, NaN for none) is Slurm's ``--time-min``: under EASY a
+    job that does not fit before the head's reservation with its walltime starts when the hole
+    lasts at least that long, its limit cut to the hole (the ``sim_limit`` column).
     """
     t0 = time.perf_counter()
     if policy not in POLICIES:
@@ -192,6 +197,16 @@ def simulate(
         "walltime_unknown": int(np.count_nonzero(~wt_known)),
         "runtime_capped": int(np.count_nonzero(run > est)),
     }
+    est_min = est.copy()
+    if time_min is not None:
+        wanted = np.asarray(time_min, dtype=np.float64)
+        if wanted.shape != (n_in,):
+            raise SimulationError(f"time_min needs one value per job ({n_in}); got {wanted.shape}")
+        wanted = wanted[rows]
+        given = np.isfinite(wanted)
+        if np.any(wanted[given] <= 0):
+            raise SimulationError("time_min must be > 0 seconds where given")
+        est_min = np.where(given, np.minimum(np.maximum(wanted, MIN_PLAN_SECONDS), est), est)
     sub = submit[rows]
     k = k_all[rows]
     t_begin = float(sub[0]) if len(rows) else 0.0
@@ -208,6 +223,7 @@ def simulate(
         np.zeros(1, dtype=np.int64),
         np.zeros(0, dtype=np.int64),
         t_begin,
+        est_min,
     )
     t2 = time.perf_counter()
     (start, end, first_res, backfilled, run_off, run_cnt, run_first, run_len) = out[:8]
@@ -244,6 +260,7 @@ def simulate(
             "sim_start": _scatter(n_in, rows, start),
             "sim_end": _scatter(n_in, rows, end),
             "sim_wait": _scatter(n_in, rows, start - sub),
+            "sim_limit": _scatter(n_in, rows, np.where(np.isnan(start), np.nan, est)),
             "reservation": _scatter(n_in, rows, first_res),
             "backfilled": _scatter(n_in, rows, backfilled, fill=False),
             "dropped": pd.Categorical.from_codes(reason, categories=["", *DROP_REASONS]).astype(
@@ -345,7 +362,7 @@ def warm_up() -> float:
     t0 = time.perf_counter()
     one = np.ones(1)
     run_schedule(1, 1, one * 0, one, one, np.ones(1, np.int64), 0, np.zeros(1, np.int64),
-                 np.zeros(0, np.int64), 0.0)  # fmt: skip
+                 np.zeros(0, np.int64), 0.0, one)  # fmt: skip
     return time.perf_counter() - t0
 
 

@@ -156,6 +156,7 @@ def first_use_and_starts(
         plan.pre_ptr,
         plan.pre_ids,
         plan.now,
+        est,
     )
     start, run_off, run_cnt, run_first, run_len = out[0], out[4], out[5], out[6], out[7]
     idle_first, idle_count, idle_s, idle_e = out[8], out[9], out[10], out[11]

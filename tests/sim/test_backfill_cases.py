@@ -37,6 +37,30 @@ def test_long_backfill_allowed_on_extra_nodes():
     assert starts(trace, "easy") == [0, 100, 2]
 
 
+def test_time_min_fits_a_job_into_the_hole_with_its_limit_cut_to_it():
+    # As above (J2 would hold a node past the head's reservation at 100 with 150 s), but J2
+    # says --time-min=60: the hole at 2 lasts 98 s, so EASY starts it at 2 with a 98 s limit
+    # and it is cut off at 100; the head still starts at 100.
+    trace = handmade_trace([(0, 100, 100, 3), (1, 100, 100, 4), (2, 150, 150, 1)], nodes=4)
+    res = simulate(trace, "easy", end_cut="last_end", time_min=np.array([np.nan, np.nan, 60.0]))
+    jobs = res.jobs
+    assert jobs["sim_start"].tolist() == [0, 100, 2]
+    assert jobs["sim_end"].tolist() == [100, 200, 100]
+    assert jobs["sim_limit"].tolist() == [100, 100, 98]
+    # A minimum longer than the hole does not fit: J2 waits as before.
+    later = simulate(trace, "easy", end_cut="last_end", time_min=np.array([np.nan, np.nan, 99.0]))
+    assert later.jobs["sim_start"].tolist() == [0, 100, 200]
+    assert later.jobs["sim_limit"].tolist() == [100, 100, 150]
+
+
+def test_bad_time_min_is_named():
+    trace = handmade_trace([(0, 100, 100, 3), (1, 100, 100, 4)], nodes=4)
+    with pytest.raises(SimulationError, match="one value per job"):
+        simulate(trace, "easy", time_min=np.array([60.0]))
+    with pytest.raises(SimulationError, match="> 0"):
+        simulate(trace, "easy", time_min=np.array([0.0, np.nan]))
+
+
 def test_conservative_protects_the_second_queued_job_easy_does_not():
     # J0 holds 3 of 4 nodes until 100. J1 (2 nodes) is the head, reserved [100, 200); J2
     # (2 nodes) is second: conservative reserves it [100, 200) too. J3 (1 node, 200 s) fits
