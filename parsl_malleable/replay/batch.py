@@ -17,19 +17,34 @@ import pandas as pd
 
 from parsl_malleable.errors import ConfigError
 from parsl_malleable.replay.workload import ReplayJob
-from parsl_malleable.sim.simulate import simulate
+from parsl_malleable.sim.simulate import SimResult, simulate
 from parsl_malleable.traces.schema import JOB_COLUMNS, JobTrace
 
 
 @dataclass(frozen=True)
 class BatchOutcome:
-    """The sweep run as ordinary batch jobs."""
+    """The sweep run as jobs in the queue (``batch`` or ``slurm-fit``); ``submissions`` counts
+    the batch jobs it took (more than the sweep's jobs when Slurm cut some off)."""
 
     nodes_per_job: int
     completion_s: list[float]
     time_to_result_s: float
     native_delay_mean_s: float
     native_delay_max_s: float
+    submissions: int
+
+
+def native_delays(
+    base: SimResult, with_sweep: SimResult, sweep_ids: pd.Series
+) -> tuple[float, float]:
+    """Mean and largest increase of a native job's wait when the sweep's jobs are queued too."""
+    sim_jobs = with_sweep.jobs
+    natives = sim_jobs.loc[~sim_jobs["job_id"].isin(sweep_ids)].set_index("job_id")["sim_wait"]
+    before = base.jobs.set_index("job_id")["sim_wait"]
+    delay = np.maximum((natives - before.reindex(natives.index)).dropna().to_numpy(), 0.0)
+    if not len(delay):
+        return 0.0, 0.0
+    return float(delay.mean()), float(delay.max())
 
 
 def _sweep_rows(
@@ -77,16 +92,14 @@ def batch_sweep(
     mine = sim_jobs["job_id"].isin(extra["job_id"]).to_numpy()
     ends = sim_jobs.loc[mine, "sim_end"].to_numpy()
     submits = sim_jobs.loc[mine, "submit"].to_numpy()
-    before = base.jobs.set_index("job_id")["sim_wait"]
-    after = sim_jobs.loc[~mine].set_index("job_id")["sim_wait"]
-    delay = (after - before.reindex(after.index)).dropna().to_numpy()
-    delay = np.maximum(delay, 0.0)
+    mean_delay, max_delay = native_delays(base, with_sweep, extra["job_id"])
     return BatchOutcome(
         nodes_per_job=nodes_per_job,
         completion_s=(ends - submits).tolist(),
         time_to_result_s=float(ends.max() - submits.min()) if len(ends) else math.nan,
-        native_delay_mean_s=float(delay.mean()) if len(delay) else 0.0,
-        native_delay_max_s=float(delay.max()) if len(delay) else 0.0,
+        native_delay_mean_s=mean_delay,
+        native_delay_max_s=max_delay,
+        submissions=len(jobs),
     )
 
 

@@ -1,0 +1,155 @@
+"""``slurm-fit``: the sweep fitted into holes by Slurm alone, for comparison in job-trace mode.
+
+Each training job goes to the normal queue as a ``nodes``-node job with ``--time`` its remaining
+runtime (times ``walltime_factor``) and ``--time-min`` ``time_min_s``. Under EASY backfill a job
+that does not fit before the head's reservation with its full time starts as soon as the
+planned hole lasts at least ``time_min_s``, its limit cut to the hole: the window is the hole
+as the scheduler plans it from walltimes, with no predictor. A job cut off at its limit has
+checkpointed (Slurm's ``--signal`` warning) and its rest is submitted again at once; every
+start pays the job's ``scale_up_s``. The node count is fixed (the simulator does not model
+``--nodes=a-b``).
+
+Chunks are added one at a time, the earliest cut first, and the trace simulated again: an
+arrival changes the schedule only after it, so every chunk starts where Slurm would start it.
+Like ``batch``, these are queued jobs: they can delay native jobs, and the outcome says by how
+much.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from parsl_malleable.errors import ConfigError
+from parsl_malleable.replay.batch import BatchOutcome, native_delays
+from parsl_malleable.replay.workload import ReplayJob
+from parsl_malleable.sim.simulate import simulate
+from parsl_malleable.traces.schema import JOB_COLUMNS, JobTrace
+
+# A run of this many chunks for one job means the holes are shorter than its start-up.
+MAX_CHUNKS_PER_JOB = 200
+
+
+@dataclass
+class _Chunk:
+    job: int
+    submit: float
+    samples: float  # left to train when it is submitted
+
+
+def _rows(
+    chunks: list[_Chunk], jobs: list[ReplayJob], nodes: int, factor: float, first_id: int
+) -> pd.DataFrame:
+    runtime = np.array(
+        [c.samples / jobs[c.job].curve(nodes) + jobs[c.job].scale_up_s for c in chunks]
+    )
+    submit = np.array([c.submit for c in chunks])
+    count = len(chunks)
+    return pd.DataFrame(
+        {
+            "job_id": np.arange(first_id, first_id + count, dtype=np.int64),
+            "submit": submit,
+            "start": submit,
+            "end": submit + runtime,
+            "walltime": runtime * factor,
+            "nodes_req": np.full(count, nodes, dtype=np.int64),
+            "nodes": np.full(count, nodes, dtype=np.int64),
+            "cores_req": np.full(count, -1, dtype=np.int64),
+            "cores": np.full(count, -1, dtype=np.int64),
+            "queue": pd.array(["sweep"] * count, dtype="string"),
+            "user": pd.array(["sweep"] * count, dtype="string"),
+        }
+    ).astype(JOB_COLUMNS)
+
+
+def slurm_fit_sweep(
+    trace: JobTrace,
+    jobs: list[ReplayJob],
+    nodes_per_job: int = 4,
+    time_min_s: float = 1800.0,
+    walltime_factor: float = 1.25,
+    policy: str = "easy",
+) -> BatchOutcome:
+    """Run ``jobs`` as ``--time-min`` jobs inside ``trace`` (see the module docstring)."""
+    if policy != "easy":
+        raise ConfigError("slurm-fit needs EASY backfill (the simulator honours --time-min there)")
+    if not 1 <= nodes_per_job <= trace.machine.nodes:
+        raise ConfigError(f"nodes_per_job must be in [1, {trace.machine.nodes}]")
+    if not time_min_s > 0:
+        raise ConfigError(f"time_min_s must be > 0; got {time_min_s}")
+    if any(j.curve(nodes_per_job) <= 0 for j in jobs):
+        raise ConfigError(f"a sweep job trains nothing on {nodes_per_job} nodes")
+    base = simulate(trace, policy, end_cut="last_end")
+    first_id = int(trace.jobs["job_id"].max()) + 1 if len(trace.jobs) else 1
+    chunks = [_Chunk(i, j.submit, j.samples) for i, j in enumerate(jobs)]
+    while True:
+        extra = _rows(chunks, jobs, nodes_per_job, walltime_factor, first_id)
+        combined = pd.concat([trace.jobs, extra], ignore_index=True)
+        time_min = np.r_[np.full(len(trace.jobs), np.nan), np.full(len(extra), time_min_s)]
+        order = np.argsort(combined["submit"].to_numpy(), kind="stable")
+        combined = combined.iloc[order].reset_index(drop=True)
+        result = simulate(
+            JobTrace(combined, trace.machine), policy, end_cut="last_end", time_min=time_min[order]
+        )
+        outcome = result.jobs.set_index("job_id").loc[extra["job_id"]]
+        cut = _earliest_cut(chunks, outcome, jobs, nodes_per_job)
+        if cut is None:
+            break
+        k, end, trained = cut
+        job = chunks[k].job
+        if sum(c.job == job for c in chunks) >= MAX_CHUNKS_PER_JOB:
+            raise ConfigError(
+                f"slurm-fit: job {jobs[job].name} was cut off {MAX_CHUNKS_PER_JOB} times; "
+                f"the holes are too short for --time-min={time_min_s:g}"
+            )
+        chunks.append(_Chunk(job, end, chunks[k].samples - trained))
+    ends = np.full(len(jobs), np.nan)
+    for k, chunk in enumerate(chunks):
+        row = outcome.iloc[k]
+        if chunk is _last_of(chunks, chunk.job):
+            ends[chunk.job] = row["sim_end"]
+    submits = np.array([j.submit for j in jobs])
+    mean_delay, max_delay = native_delays(base, result, extra["job_id"])
+    done = np.isfinite(ends)
+    return BatchOutcome(
+        nodes_per_job=nodes_per_job,
+        completion_s=(ends - submits).tolist(),
+        time_to_result_s=float(ends.max() - submits.min()) if done.all() else math.nan,
+        native_delay_mean_s=mean_delay,
+        native_delay_max_s=max_delay,
+        submissions=len(chunks),
+    )
+
+
+def _last_of(chunks: list[_Chunk], job: int) -> _Chunk:
+    return [c for c in chunks if c.job == job][-1]
+
+
+def _earliest_cut(
+    chunks: list[_Chunk], outcome: pd.DataFrame, jobs: list[ReplayJob], nodes: int
+) -> tuple[int, float, float] | None:
+    """The last chunk of a job that was cut off before its end, earliest first: its index, when
+    it ended and the samples it trained."""
+    best: tuple[int, float, float] | None = None
+    for k, chunk in enumerate(chunks):
+        if chunk is not _last_of(chunks, chunk.job):
+            continue
+        row = outcome.iloc[k]
+        start, end, limit = row["sim_start"], row["sim_end"], row["sim_limit"]
+        if not np.isfinite(start):
+            continue  # never started: the sweep does not finish
+        job = jobs[chunk.job]
+        rate = job.curve(nodes)
+        needed = chunk.samples / rate + job.scale_up_s
+        if limit >= needed * (1 - 1e-9):
+            continue  # ran to its end
+        trained = min(chunk.samples, rate * max(0.0, limit - job.scale_up_s))
+        if best is None or end < best[1]:
+            best = (k, float(end), trained)
+    return best
+
+
+__all__ = ["slurm_fit_sweep"]
