@@ -71,22 +71,26 @@ def _jct_run(args: tuple[str, str, str, int, float, int]) -> ReplayResult:
     return replace(result, policy=f"{policy} ({objective})")
 
 
-def _trace_run(args: tuple[str, str]) -> ReplayResult:
+def _trace_run(args: tuple[str, str, str]) -> ReplayResult:
     _quiet()
     from parsl_malleable.replay.idle import idle_from_sim
+    from parsl_malleable.replay.queue_windows import QueueWindows
     from parsl_malleable.replay.scenario import bftrainer_dir
     from parsl_malleable.replay.workload import load_replay_workload, sweep
     from parsl_malleable.sim.simulate import simulate
     from parsl_malleable.traces import read_trace
 
-    trace_name, policy = args
+    trace_name, policy, windows = args
     trace = read_trace(data_file(trace_name))
-    timeline = idle_from_sim(simulate(trace, "easy"), source=trace_name)
+    sim = simulate(trace, "easy")
+    timeline = idle_from_sim(sim, source=trace_name)
     start = timeline.t0 + SWEEP_DAY * 86400
     timeline = timeline.window(start, timeline.t1)
     template = load_replay_workload(bftrainer_dir(), "hps-shufflenet-1000J", limit=1)[0]
     jobs = sweep(replace(template, samples=SWEEP_SAMPLES), SWEEP_JOBS, start)
-    return Replay(timeline, jobs, make_policy(policy), max_jobs=SWEEP_JOBS).run()
+    source = QueueWindows(trace, sim) if windows == "queue" else None
+    result = Replay(timeline, jobs, make_policy(policy), max_jobs=SWEEP_JOBS, windows=source).run()
+    return replace(result, policy=f"{policy} ({windows} windows)" if windows else policy)
 
 
 def _row(r: ReplayResult) -> str:
@@ -186,7 +190,8 @@ def part_traces(pool: ProcessPoolExecutor) -> None:
     from parsl_malleable.replay.workload import load_replay_workload, sweep
     from parsl_malleable.traces import read_trace
 
-    runs = [(t, p) for t in TRACES for p in ("freetrain", "ours")]
+    kinds = (("freetrain", ""), ("ours", "queue"), ("ours", "history"))
+    runs = [(t, p, w) for t in TRACES for p, w in kinds]
     results = list(pool.map(_trace_run, runs))
     print(
         f"\nJob traces (EASY backfill), a {SWEEP_JOBS}-job sweep of {SWEEP_SAMPLES / 1e6:.0f} M "
@@ -201,7 +206,7 @@ def part_traces(pool: ProcessPoolExecutor) -> None:
     print("|---|---|---|---|---|---|")
     template = load_replay_workload(bftrainer_dir(), "hps-shufflenet-1000J", limit=1)[0]
     for k, trace_name in enumerate(TRACES):
-        for r in results[2 * k : 2 * k + 2]:
+        for r in results[len(kinds) * k : len(kinds) * (k + 1)]:
             s = r.summary()
             ttr = s["time_to_result_h"]
             print(

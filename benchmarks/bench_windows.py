@@ -88,13 +88,13 @@ def median_time(fn, repeat: int) -> float:
 def bench_predict(repeat: int) -> None:
     from parsl_malleable.sim.plan import plan_queue
     from parsl_malleable.windows.arrivals import ArrivalModel
-    from parsl_malleable.windows.evaluate import _history
+    from parsl_malleable.windows.evaluate import replay_history
     from parsl_malleable.windows.predict import WindowPredictor
     from parsl_malleable.windows.runtime_model import RuntimeRatioModel
 
     t0 = time.perf_counter()
     trace, state, snap = big_snapshot()
-    history = _history(state, trace.jobs)
+    history = replay_history(state, trace.jobs)
     model = RuntimeRatioModel.fit(history[history["end"] <= snap.now])
     arrivals = ArrivalModel.fit(history, snap.now)
     print(

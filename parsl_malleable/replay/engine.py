@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from parsl_malleable.controller.core import ControllerCore
+from parsl_malleable.controller.core import ControllerCore, WindowSource
 from parsl_malleable.controller.model import DrainRanks, JobSpec, StartRanks
 from parsl_malleable.replay.idle import IdleTimeline
 from parsl_malleable.replay.policies import ReplayPolicy
@@ -52,7 +52,12 @@ class _Run:
 
 
 class Replay:
-    """One replay of ``jobs`` on ``timeline`` under ``policy``. :meth:`run` returns the result."""
+    """One replay of ``jobs`` on ``timeline`` under ``policy``. :meth:`run` returns the result.
+
+    A policy that plans with windows gets them from ``windows`` when given (job-trace mode:
+    :class:`~parsl_malleable.replay.queue_windows.QueueWindows`), else from the history of
+    idle intervals (:class:`~parsl_malleable.replay.predict.HistoryWindows`).
+    """
 
     def __init__(
         self,
@@ -64,6 +69,7 @@ class Replay:
         report_s: float = 60.0,
         noise: float = 0.05,
         seed: int = 0,
+        windows: WindowSource | None = None,
     ) -> None:
         self.timeline = timeline
         self.policy = policy
@@ -71,9 +77,11 @@ class Replay:
         self.report_s = report_s
         self.noise = noise
         self.rng = np.random.default_rng(seed)
-        self.history = HistoryWindows(policy.window_quantile) if policy.windows else None
+        history = policy.windows and windows is None
+        self.history = HistoryWindows(policy.window_quantile) if history else None
         self.ages = NodeAges(self.history) if self.history is not None else None
-        self.core = ControllerCore(policy.core, windows=self.ages)
+        source = (windows if policy.windows else None) or self.ages
+        self.core = ControllerCore(policy.core, windows=source)
         self.queue = sorted(jobs, key=lambda j: (j.submit, j.name))
         self.runs = {j.name: _Run(j) for j in self.queue}
         self.active: dict[str, _Run] = {}

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from parsl_malleable.errors import TraceFormatError
-from parsl_malleable.sim.simulate import SimResult
+from parsl_malleable.sim.simulate import SimResult, node_name
 from parsl_malleable.traces.idle import read_idle_intervals
 
 
@@ -105,7 +105,7 @@ def load_idle_intervals(path: str | Path) -> IdleTimeline:
 def idle_from_sim(result: SimResult, source: str = "") -> IdleTimeline:
     """The idle intervals of a simulated schedule (clipped to its statistics window)."""
     node, start, end = result.idle_arrays()
-    names = tuple(f"n{i}" for i in range(result.nodes))
+    names = tuple(node_name(i, result.nodes) for i in range(result.nodes))
     if not len(node):
         raise TraceFormatError(source or "simulation", None, "the schedule has no idle node")
     return IdleTimeline.build(names, node, start, end, source=source)

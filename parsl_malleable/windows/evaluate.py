@@ -197,7 +197,8 @@ class EvalResult:
         return pd.DataFrame(rows)
 
 
-def _history(state: ReplayState, jobs: pd.DataFrame) -> pd.DataFrame:
+def replay_history(state: ReplayState, jobs: pd.DataFrame) -> pd.DataFrame:
+    """The replayed jobs as a site history (trace schema), for the predictor's models."""
     rows = state.rows
     return pd.DataFrame(
         {
@@ -212,7 +213,10 @@ def _history(state: ReplayState, jobs: pd.DataFrame) -> pd.DataFrame:
     )
 
 
-def _refit(predictor: WindowPredictor, history: pd.DataFrame, t: float, arrivals: bool) -> None:
+def refit_on_history(
+    predictor: WindowPredictor, history: pd.DataFrame, t: float, arrivals: bool
+) -> None:
+    """Refit ``predictor``'s early-end model on the jobs ended by ``t`` (and its arrivals)."""
     ended = history[history["end"].to_numpy() <= t]
     predictor.model = RuntimeRatioModel.fit(ended)
     predictor.arrivals = ArrivalModel.fit(history, t) if arrivals else None
@@ -238,7 +242,7 @@ def evaluate(
     t_start = time.perf_counter()
     sim = sim or simulate(trace, config.policy)
     state = ReplayState(trace, sim)
-    history = _history(state, trace.jobs)
+    history = replay_history(state, trace.jobs)
     idle = sim.idle_arrays()
     periods = _periods(
         state.event_times(), float(sim.stats.window_start), float(sim.stats.window_end), config
@@ -289,13 +293,13 @@ def evaluate(
             next_fit = -math.inf
             for t in burn:
                 if t >= next_fit:
-                    _refit(predictor, history, float(t), config.arrivals)
+                    refit_on_history(predictor, history, float(t), config.arrivals)
                     next_fit = float(t) + config.refit_every
                 run.native_event(float(t), score=False)
         next_fit = t0  # refit at the run's start, as without the burn-in: same predictions
         for t in times:
             if t >= next_fit:
-                _refit(predictor, history, float(t), config.arrivals)
+                refit_on_history(predictor, history, float(t), config.arrivals)
                 next_fit = float(t) + config.refit_every
             run.native_event(float(t))
         run.finish()
