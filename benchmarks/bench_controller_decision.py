@@ -113,6 +113,8 @@ def allocator_alone(core: ControllerCore, now: float) -> tuple[float, float]:
         objective=policy.objective,
         solver=policy.solver,
         time_limit=60.0,
+        gap_rel=policy.gap_rel,
+        threads=policy.threads,
     )
     return time.perf_counter() - began, result.objective
 

@@ -62,12 +62,13 @@ def _summit_run(args: tuple[str, str, float | None, int]) -> ReplayResult:
     return Replay(timeline, jobs, make_policy(policy), max_jobs=max_jobs).run()
 
 
-def _jct_run(args: tuple[str, str, str, int, float, int]) -> ReplayResult:
+def _jct_run(args: tuple[str, str, str, int, float, int, float]) -> ReplayResult:
     _quiet()
-    policy, objective, workload, nodes, days, count = args
+    policy, objective, workload, nodes, days, count, decay = args
     timeline = summit_timeline(nodes, days)
     jobs = workload_jobs(workload, timeline, limit=count)
-    result = Replay(timeline, jobs, make_policy(policy, objective=objective), max_jobs=count).run()
+    chosen = make_policy(policy, objective=objective, completion_decay=decay)
+    result = Replay(timeline, jobs, chosen, max_jobs=count).run()
     return replace(result, policy=f"{policy} ({objective})")
 
 
@@ -154,10 +155,29 @@ def part_summit(
         _plot_done(results, f"Summit, {workload}", REPO / "docs" / "img" / f"replay-{workload}.png")
 
 
-def part_jct(pool: ProcessPoolExecutor, nodes: int, days: float, count: int) -> None:
+def _burst_shares(nodes: int, days: float, above: tuple[int, ...] = (64, 256)) -> str:
+    """How much of the idle node-time comes while more than ``k`` nodes are idle at once."""
+    import numpy as np
+
+    tl = summit_timeline(nodes, days)
+    times = np.r_[tl.start, tl.end]
+    steps = np.r_[np.ones(len(tl.start)), -np.ones(len(tl.end))]
+    order = np.argsort(times, kind="stable")
+    times, count = times[order], np.cumsum(steps[order])[:-1]
+    dt = np.diff(times)
+    total = float((count * dt).sum())
+    parts = [
+        f"more than {k} idle: {(count * dt)[count > k].sum() / total:.0%} of the idle "
+        f"node-time in {dt[count > k].sum() / dt.sum():.0%} of the time"
+        for k in above
+    ]
+    return "; ".join(parts)
+
+
+def part_jct(pool: ProcessPoolExecutor, nodes: int, days: float, count: int, decay: float) -> None:
     for workload in SUMMIT_WORKLOADS:
         runs = [
-            (policy, objective, workload, nodes, days, count)
+            (policy, objective, workload, nodes, days, count, decay)
             for policy, objective in (
                 ("freetrain", "throughput"),
                 ("ours+curves", "completion"),
@@ -167,8 +187,9 @@ def part_jct(pool: ProcessPoolExecutor, nodes: int, days: float, count: int) -> 
         results = list(pool.map(_jct_run, runs))
         print(
             f"\nCompletion time, {workload}: Summit's first {nodes} nodes, {days:g} days, "
-            f"{count} jobs all admitted"
+            f"{count} jobs all admitted; completion decay {decay:g}"
         )
+        print(f"Idle nodes come in bursts: {_burst_shares(nodes, days)}")
         print(HEADER)
         for r in results:
             print(_row(r))
@@ -235,6 +256,7 @@ def main() -> None:
     parser.add_argument("--jct-nodes", type=int, default=1000)
     parser.add_argument("--jct-days", type=float, default=3.0)
     parser.add_argument("--jct-jobs", type=int, default=40)
+    parser.add_argument("--jct-decay", type=float, default=0.5, help="completion_decay")
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
     (REPO / "docs" / "img").mkdir(parents=True, exist_ok=True)
@@ -243,7 +265,7 @@ def main() -> None:
             workloads = tuple(args.workload or SUMMIT_WORKLOADS)
             part_summit(pool, args.days, tuple(args.policy or SUMMIT_POLICIES), workloads)
         if args.part in ("jct", "all"):
-            part_jct(pool, args.jct_nodes, args.jct_days, args.jct_jobs)
+            part_jct(pool, args.jct_nodes, args.jct_days, args.jct_jobs, args.jct_decay)
         if args.part in ("traces", "all"):
             part_traces(pool)
 

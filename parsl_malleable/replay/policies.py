@@ -51,6 +51,7 @@ def make_policy(
     time_limit_s: float = 0.1,
     gap_rel: float = 1e-2,
     horizon_s: float = 3600.0,
+    completion_decay: float = 0.5,
 ) -> ReplayPolicy:
     """The policy called ``name`` (see the module docstring); ``t_fwd`` is FreeTrain's
     forward-looking time, ``horizon_s`` the longest plan of ours; every policy solves to a
@@ -58,7 +59,11 @@ def make_policy(
     get 0.5 s and a 0.1 % gap). Measured on a day of Summit, a 0.5 s limit trained the same
     samples within 0.5 % at 2.3 times the replay's time."""
     base = PolicySettings(
-        objective=objective, solver="highs", time_limit_s=time_limit_s, gap_rel=gap_rel
+        objective=objective,
+        solver="highs",
+        time_limit_s=time_limit_s,
+        gap_rel=gap_rel,
+        completion_decay=completion_decay,
     )
     fixed_window = replace(
         base,
