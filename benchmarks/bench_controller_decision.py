@@ -42,11 +42,13 @@ def make_curve(rng: random.Random, max_nodes: int) -> ScalingCurve:
     return ScalingCurve(tuple(sizes), tuple(1000.0 / (a / n + b + c * n) for n in sizes))
 
 
-def build(solver: str, seed: int, budget: float | None) -> tuple[ControllerCore, float]:
+def build(
+    solver: str, seed: int, budget: float | None, threads: int | None = 1
+) -> tuple[ControllerCore, float]:
     rng = random.Random(seed)
-    policy = PolicySettings(solver=solver)
+    policy = PolicySettings(solver=solver, threads=threads)
     if budget is not None:
-        policy = PolicySettings(solver=solver, time_limit_s=budget)
+        policy = PolicySettings(solver=solver, time_limit_s=budget, threads=threads)
     settings = CoreSettings(policy=policy)
     core = ControllerCore(settings)
     now = 1_000_000.0
@@ -131,8 +133,8 @@ def measure(core: ControllerCore, now: float) -> Row:
     return step, base, actions, ratio, decision.status
 
 
-def run(solver: str, seed: int, budget: float | None) -> dict[str, Row]:
-    core, now = build(solver, seed, budget)
+def run(solver: str, seed: int, budget: float | None, threads: int | None = 1) -> dict[str, Row]:
+    core, now = build(solver, seed, budget, threads)
     out: dict[str, Row] = {}
     now += 1.0
     out["cold start"] = measure(core, now)
@@ -160,11 +162,18 @@ def main() -> None:
     parser.add_argument(
         "--time-limit", type=float, default=None, help="solver budget (default: the controller's)"
     )
+    parser.add_argument(
+        "--threads", type=int, default=1, help="solver threads (0: the solver's choice)"
+    )
     args = parser.parse_args()
-    print(f"controller decision latency: {JOBS} jobs x {NODES} nodes ({args.solver})")
+    threads = args.threads or None
+    print(
+        f"controller decision latency: {JOBS} jobs x {NODES} nodes ({args.solver}, "
+        f"{threads or 'auto'} threads)"
+    )
     rows: dict[str, list[Row]] = {}
     for seed in range(args.repeats):
-        for event, row in run(args.solver, seed, args.time_limit).items():
+        for event, row in run(args.solver, seed, args.time_limit, threads).items():
             rows.setdefault(event, []).append(row)
             print(
                 f"  seed {seed} {event:16} decision {row[0]:.3f} s ({row[4]}, objective "
