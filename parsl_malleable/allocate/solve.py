@@ -56,15 +56,36 @@ def _swallow_highs_banner() -> None:
             os.close(saved)
 
 
+# HiGHS keeps one thread pool per process, sized by the first solve: a later solve asking for
+# another thread count fails at once ("Not Solved"). The count it was built for is kept here
+# and the pool rebuilt when a solve asks for another.
+_pool_lock = threading.Lock()
+_pool_threads: object = "unset"
+
+
+def _match_thread_pool(threads: int | None) -> None:
+    global _pool_threads
+    with _pool_lock:
+        if _pool_threads != "unset" and _pool_threads != threads:
+            import highspy
+
+            highspy.Highs.resetGlobalScheduler(True)
+        _pool_threads = threads
+
+
 class _StartedHiGHS(pulp.HiGHS):
     """pulp's HiGHS plus a (partial) MIP start: HiGHS completes it and uses it as incumbent."""
 
-    def __init__(self, start: dict[pulp.LpVariable, float], **options: object) -> None:
+    def __init__(
+        self, start: dict[pulp.LpVariable, float], threads: int | None = None, **options: object
+    ) -> None:
         _swallow_highs_banner()
-        super().__init__(**options)
+        super().__init__(threads=threads, **options)
         self.start = start
+        self.pool_threads = threads
 
     def callSolver(self, lp: pulp.LpProblem) -> None:
+        _match_thread_pool(self.pool_threads)
         if self.start:
             index = np.array([v.index for v in self.start], dtype=np.int32)
             value = np.array(list(self.start.values()), dtype=np.float64)

@@ -149,3 +149,13 @@ def test_workload_errors_name_file_and_line(tmp_path):
     (tmp_path / "w-jobs.csv").write_text("job,Tcup,Tcdw,Jmin,Jmax\nA,1,1,1,2\nB,1,1,1,2\n")
     with pytest.raises(TraceFormatError, match=r"w-jobs.csv:3: job B has no scaling curve"):
         load_workload(tmp_path, "w")
+
+
+def test_solves_asking_for_different_thread_counts_all_solve():
+    # HiGHS sizes one thread pool per process at its first solve; a later solve asking for
+    # another count used to fail at once ("Not Solved") and fall back to the greedy rule.
+    jobs = [linear_job("a", 1.0, up=1.0, down=1.0), linear_job("b", 2.0, up=1.0, down=1.0)]
+    free = [f"n{i}" for i in range(5)]
+    for threads in (None, 1, None, 2, 1):
+        alloc = allocate(jobs, free, solver="highs", threads=threads)
+        assert (alloc.solver, alloc.status, alloc.fallback) == ("highs", "optimal", False)
