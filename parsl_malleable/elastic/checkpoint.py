@@ -9,7 +9,11 @@ A checkpoint is two files in one private directory:
 
 Both are written to a temporary file in the same directory, fsynced, renamed over the final name
 with :func:`os.replace`, and the directory is fsynced, so a crash at any moment leaves either the
-old checkpoint or the new one, never a torn file under a final name. Loading checks the size and
+old checkpoint or the new one, never a torn file under a final name. A write that fails (a full
+disk, a quota) raises :class:`CheckpointError` and leaves every checkpoint already there as it
+was. Retention counts and deletes committed checkpoints only: a ``.pt`` without a manifest
+(a file the store did not write, or a save that crashed before its manifest) is never deleted
+and never loaded. Loading checks the size and
 sha256 before unpickling and always unpickles with ``torch.load(weights_only=True)``, which refuses
 anything but tensors and plain Python values: a checkpoint file cannot run code.
 """
@@ -25,11 +29,12 @@ import logging
 import os
 import pickle
 import re
+import shutil
 import socket
 import tempfile
 import time
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -105,17 +110,23 @@ class CheckpointInfo:
 
 
 class _HashingWriter:
-    """File-like object that hashes and counts the bytes ``torch.save`` writes through it."""
+    """File-like object that hashes and counts the bytes ``torch.save`` writes through it, and
+    keeps the error of a write that failed: torch reports it only as "unexpected pos"."""
 
     def __init__(self, file: BinaryIO) -> None:
         self._file = file
         self.digest = hashlib.sha256()
         self.size = 0
+        self.error: OSError | None = None
 
     def write(self, data: bytes) -> int:
         self.digest.update(data)
         self.size += len(data)
-        return self._file.write(data)
+        try:
+            return self._file.write(data)
+        except OSError as exc:
+            self.error = exc
+            raise
 
     def flush(self) -> None:
         self._file.flush()
@@ -136,10 +147,24 @@ class CheckpointStore:
         self.keep = keep
         try:
             self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-            os.chmod(self.directory, 0o700)
+            owner = self.directory.stat().st_uid
         except OSError as exc:
             raise CheckpointError(
                 f"cannot create checkpoint directory {self.directory}: {exc}"
+            ) from exc
+        if owner != os.geteuid():
+            # Its owner could read the checkpoints or swap them for others; narrowing its
+            # permissions is not ours to do (and fails with EPERM for anyone but root).
+            raise CheckpointError(
+                f"checkpoint directory {self.directory} belongs to uid {owner}, not to this "
+                f"user (uid {os.geteuid()}): its owner could read or replace the checkpoints. "
+                f"Give a directory you own as checkpoint_dir."
+            )
+        try:
+            os.chmod(self.directory, 0o700)
+        except OSError as exc:
+            raise CheckpointError(
+                f"cannot make checkpoint directory {self.directory} private: {exc}"
             ) from exc
 
     # ------------------------------------------------------------------ writing
@@ -151,7 +176,9 @@ class CheckpointStore:
         (``state_dict()`` of models, optimizers and schedulers qualify). Anything else raises
         :class:`CheckpointError` naming where it sits, because it could not be loaded back with
         ``weights_only=True``. Saving a step that already exists replaces it. After the write,
-        all but the newest ``keep`` checkpoints are deleted.
+        all but the newest ``keep`` committed checkpoints are deleted. A write that fails
+        (``ENOSPC``, a quota, an I/O error) raises :class:`CheckpointError` saying so, and every
+        checkpoint already there, this step's included, stays loadable.
         """
         if not isinstance(payload, dict):
             raise CheckpointError(
@@ -168,13 +195,23 @@ class CheckpointStore:
 
         pt_path, manifest_path = self._paths(step)
         envelope = {"format": FORMAT, "step": step, "fingerprint": fingerprint, "payload": payload}
-        # An existing manifest for this step would vouch for the new payload's old checksum if
-        # we crashed between the two renames below; drop it first.
-        with contextlib.suppress(FileNotFoundError):
-            manifest_path.unlink()
-        with self._atomic_file(pt_path) as file:
-            writer = _HashingWriter(file)
-            torch.save(envelope, writer)
+
+        def unvouch() -> None:
+            # An existing manifest for this step would vouch for the new payload's old checksum
+            # if we crashed between the two renames; drop it, but only once the new payload is
+            # safely on disk, so a failed write leaves the old checkpoint committed.
+            with contextlib.suppress(FileNotFoundError):
+                manifest_path.unlink()
+
+        writer: _HashingWriter | None = None
+        try:
+            with self._atomic_file(pt_path, before_replace=unvouch) as file:
+                writer = _HashingWriter(file)
+                torch.save(envelope, writer)
+        except (OSError, RuntimeError) as exc:
+            # torch's zip writer turns a failed write into RuntimeError("... unexpected pos").
+            cause = writer.error if writer is not None and writer.error is not None else exc
+            raise self._write_failed(step, cause) from exc
         manifest = {
             "format": FORMAT,
             "step": step,
@@ -185,10 +222,28 @@ class CheckpointStore:
             "created": time.time(),
         }
         manifest["manifest_sha256"] = _manifest_digest(manifest)
-        with self._atomic_file(manifest_path) as file:
-            file.write(json.dumps(manifest, indent=1).encode())
+        try:
+            with self._atomic_file(manifest_path) as file:
+                file.write(json.dumps(manifest, indent=1).encode())
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                pt_path.unlink()  # uncommitted: never loaded, and it takes space
+            raise self._write_failed(step, exc) from exc
         self._prune()
         return pt_path
+
+    def _write_failed(self, step: int, exc: BaseException) -> CheckpointError:
+        try:
+            free = f"{shutil.disk_usage(self.directory).free:,} bytes free"
+        except OSError:
+            free = "free space unknown"
+        committed = [info.step for info in self.list() if info.committed]
+        kept = f"the newest checkpoint kept is step {committed[-1]}" if committed else "none kept"
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return CheckpointError(
+            f"could not write the checkpoint of step {step} to {self.directory} ({free}): "
+            f"{reason}; {kept}"
+        )
 
     # ------------------------------------------------------------------ reading
 
@@ -302,8 +357,11 @@ class CheckpointStore:
         return steps
 
     @contextlib.contextmanager
-    def _atomic_file(self, final: Path) -> Iterator[BinaryIO]:
-        """Yield a private temporary file that replaces ``final`` only if the block completes."""
+    def _atomic_file(
+        self, final: Path, before_replace: Callable[[], None] | None = None
+    ) -> Iterator[BinaryIO]:
+        """Yield a private temporary file that replaces ``final`` only if the block completes
+        (``before_replace`` runs once it is on disk, just before the rename)."""
         fd, tmp_name = tempfile.mkstemp(
             dir=self.directory, prefix=f"{_TMP_PREFIX}{socket.gethostname()}-{os.getpid()}-"
         )
@@ -314,6 +372,8 @@ class CheckpointStore:
                 yield file
                 file.flush()
                 os.fsync(file.fileno())
+            if before_replace is not None:
+                before_replace()
             os.replace(tmp, final)
         except BaseException:
             with contextlib.suppress(OSError):
@@ -322,12 +382,15 @@ class CheckpointStore:
         _fsync_dir(self.directory)
 
     def _prune(self) -> None:
-        steps = sorted(self._steps())
-        for step in steps[: max(0, len(steps) - self.keep)]:
+        # Only committed checkpoints count and go: a .pt without a manifest may be a file the
+        # store did not write, and counting it let a stray high-numbered file evict every new
+        # checkpoint as soon as it was written.
+        committed = [info.step for info in self.list() if info.committed]
+        for step in committed[: max(0, len(committed) - self.keep)]:
             pt_path, manifest_path = self._paths(step)
-            # Manifest first: a crash in between leaves an uncommitted .pt that the next prune
-            # removes, never a manifest vouching for a missing file.
-            for path in (manifest_path, pt_path):
+            # Payload first: a crash in between leaves a manifest whose file is gone, which
+            # list() ignores; the other order would leave a .pt nobody may delete.
+            for path in (pt_path, manifest_path):
                 with contextlib.suppress(FileNotFoundError):
                     path.unlink()
         _fsync_dir(self.directory)

@@ -25,6 +25,7 @@ from parsl_malleable.elastic.checkpoint import CheckpointStore
 from parsl_malleable.elastic.coordinator import info_from_json
 from parsl_malleable.elastic.state import ElasticSampler, ElasticState, ResizeHook
 from parsl_malleable.elastic.wire import CoordinatorClient, CoordinatorUnavailable, Heartbeat
+from parsl_malleable.errors import CheckpointError
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -130,6 +131,7 @@ class RankContext:
             CheckpointStore(directory, keep=spec.settings.keep_checkpoints) if directory else None
         )
         self._finished_rank: int | None = None
+        self.failed_checkpoints = 0  # disk checkpoints that could not be written
 
     # --------------------------------------------------------------- user API
 
@@ -334,10 +336,17 @@ class RankContext:
             raise PlannedChange(f"membership changes after step {state.step}")
 
     def _save(self, state: ElasticState) -> int | None:
+        """Write the last commit to disk; a failed write (full disk, quota) is logged and
+        counted, and training goes on from the commit in memory."""
         snap = state.committed()
         if self._store is None or snap is None:
             return None
-        self._store.save(snap, step=int(snap["step"]), fingerprint=state.fingerprint)
+        try:
+            self._store.save(snap, step=int(snap["step"]), fingerprint=state.fingerprint)
+        except CheckpointError as exc:
+            self.failed_checkpoints += 1
+            logger.warning("checkpoint not written, training goes on from memory: %s", exc)
+            return None
         return int(snap["step"])
 
     def _finish(self, state: ElasticState) -> None:

@@ -401,3 +401,112 @@ def test_bad_arguments_are_named(tmp_path: Path) -> None:
     blocker.write_text("")
     with pytest.raises(CheckpointError, match=str(blocker)):
         CheckpointStore(blocker / "sub")
+
+
+def test_a_stray_payload_without_manifest_is_never_deleted_nor_counted(tmp_path: Path) -> None:
+    # A higher-numbered .pt the store did not write (no manifest): with keep=1 it used to
+    # count as the newest, so each new checkpoint was deleted right after it was written.
+    store, fingerprint = _store_with_steps(tmp_path, [10], keep=1)
+    stray = store.directory / "ckpt-000000009999.pt"
+    stray.write_bytes(b"not ours")
+    for step in (20, 30):
+        store.save({"marker": torch.tensor(step)}, step=step, fingerprint=fingerprint)
+    payload, step = store.load_latest(fingerprint)
+    assert (step, payload["marker"].item()) == (30, 30)
+    assert [info.step for info in store.list() if info.committed] == [30]
+    assert stray.read_bytes() == b"not ours"
+
+
+def test_a_directory_of_another_user_is_explained_not_chmodded(tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("giving a directory to another user needs root (CI runs as root)")
+    theirs = tmp_path / "theirs"
+    theirs.mkdir(mode=0o755)
+    os.chown(theirs, 65534, 65534)
+    with pytest.raises(CheckpointError, match="belongs to uid 65534, not to this user"):
+        CheckpointStore(theirs)
+    assert stat.S_IMODE(theirs.stat().st_mode) == 0o755  # left as its owner set it
+
+
+# Saves ``first`` steps, then limits the process's file size (RLIMIT_FSIZE: writes past it fail
+# with EFBIG, as they do with ENOSPC on a full disk) and saves a large payload at ``step``.
+_FULL_DISK = textwrap.dedent(
+    """
+    import resource, signal, sys, torch
+    from parsl_malleable.elastic.checkpoint import CheckpointError, CheckpointStore
+    directory, step = sys.argv[1], int(sys.argv[2])
+    store = CheckpointStore(directory, keep=3)
+    for first in (1, 2):
+        store.save({"data": torch.full((1000,), float(first))}, step=first, fingerprint="f00d")
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (200_000, resource.RLIM_INFINITY))
+    try:
+        store.save({"data": torch.zeros(1_000_000)}, step=step, fingerprint="f00d")
+    except CheckpointError as exc:
+        print(exc)
+    """
+)
+
+
+@pytest.mark.parametrize("step", [3, 2])
+def test_a_full_disk_fails_the_save_clearly_and_keeps_every_checkpoint(
+    tmp_path: Path, step: int
+) -> None:
+    """A new step, and a step saved again (a job's last save repeats its last periodic one)."""
+    directory = tmp_path / "ckpt"
+    done = subprocess.run(
+        [sys.executable, "-c", _FULL_DISK, str(directory), str(step)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    message = done.stdout.strip()
+    assert message.startswith(f"could not write the checkpoint of step {step} to {directory}")
+    assert "File too large" in message and "the newest checkpoint kept is step 2" in message
+    store = CheckpointStore(directory, keep=3)
+    payload, loaded = store.load_latest("f00d")
+    assert loaded == 2 and bool((payload["data"] == 2.0).all())
+    assert [info.step for info in store.list() if info.committed] == [1, 2]
+    assert not [p.name for p in directory.iterdir() if p.name.startswith(".tmp-")]
+
+
+# A rank-0 periodic save on a disk that fills up between two commits (RankContext._save on a
+# real store; the rest of the rank is not needed to save).
+_RANK_SAVE = textwrap.dedent(
+    """
+    import logging, resource, signal, sys, torch
+    from parsl_malleable.elastic.checkpoint import CheckpointStore
+    from parsl_malleable.elastic.rank import RankContext
+    from parsl_malleable.elastic.state import ElasticState
+    logging.basicConfig(stream=sys.stdout, format="%(levelname)s %(message)s")
+    state = ElasticState(torch.nn.Linear(500, 500))
+    rank = object.__new__(RankContext)
+    rank._store, rank.failed_checkpoints = CheckpointStore(sys.argv[1], keep=3), 0
+    state.commit()
+    print("saved", rank._save(state), flush=True)
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, resource.RLIM_INFINITY))
+    state.commit()
+    print("saved", rank._save(state), "failed", rank.failed_checkpoints, flush=True)
+    state.commit()
+    print("in memory", state.committed()["step"], flush=True)
+    """
+)
+
+
+def test_a_rank_whose_checkpoint_fails_warns_and_trains_on(tmp_path: Path) -> None:
+    directory = tmp_path / "ckpt"
+    done = subprocess.run(
+        [sys.executable, "-c", _RANK_SAVE, str(directory)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    lines = done.stdout.splitlines()
+    assert lines[0] == "saved 1"
+    assert lines[1].startswith("WARNING checkpoint not written, training goes on from memory: ")
+    assert "step 2" in lines[1] and "File too large" in lines[1]
+    assert "the newest checkpoint kept is step 1" in lines[1]
+    assert lines[2:] == ["saved None failed 1", "in memory 3"]
+    loaded = CheckpointStore(directory).load_latest(model_fingerprint(torch.nn.Linear(500, 500)))
+    assert loaded is not None and loaded[1] == 1
