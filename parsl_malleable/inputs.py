@@ -1,4 +1,4 @@
-"""The one place where numeric inputs are checked as they enter: API options and CLI flags.
+"""The one place where inputs are checked as they enter: API options, CLI flags, and names.
 
 Python's own conversions give silent wrong answers at the edges (``int(1.5) == 1``, ``NaN`` passes
 every ``<``/``>`` range check, ``list("abc")`` is three node names), so every boundary validates
@@ -8,6 +8,7 @@ through the pydantic models and helpers here instead of converting by hand.
 from __future__ import annotations
 
 import math
+import re
 from typing import Any, TypeVar
 
 import click
@@ -17,6 +18,21 @@ from parsl_malleable.errors import ConfigError
 
 _COUNT = TypeAdapter(int)
 M = TypeVar("M", bound=BaseModel)
+
+SAFE_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+"""Names that go into file names, job names and scripts: 1-64 letters, digits, ``_.-``."""
+_SAFE_NAME = re.compile(SAFE_NAME)
+
+
+def safe_name(value: object, what: str, *, error: type[Exception] = ConfigError) -> str:
+    """``value`` when it matches :data:`SAFE_NAME` (it can be put unquoted into a file name, a
+    batch job's name or a shell script), else ``error`` naming ``what``."""
+    if not isinstance(value, str) or not _SAFE_NAME.match(value):
+        raise error(
+            f"{what} must be 1-64 letters, digits, '_', '.' or '-', starting with a letter or "
+            f"digit; got {value!r}"
+        )
+    return value
 
 
 def explain(exc: ValidationError) -> str:

@@ -43,6 +43,7 @@ from parsl_malleable.harvest.profile import SiteProfile, load_profile
 from parsl_malleable.harvest.sites import OURS_PREFIX, BlockScheduler, make_scheduler
 from parsl_malleable.harvest.states import CancelReason, end_state, is_failure
 from parsl_malleable.harvest.yielding import blocks_in_the_way
+from parsl_malleable.inputs import safe_name
 from parsl_malleable.schedulers.records import JobState
 from parsl_malleable.windows.predict import WindowPredictor
 from parsl_malleable.windows.snapshot import Snapshot
@@ -100,7 +101,8 @@ class BackfillProvider(ExecutionProvider, RepresentationMixin):
     ) -> None:
         base = profile if isinstance(profile, SiteProfile) else load_profile(profile)
         self.profile = base.with_overrides(**overrides) if overrides else base
-        self._label = label
+        # The label goes into batch job names, block ids and script file names.
+        self._label = safe_name(label, "BackfillProvider label")
         self.env = env
         self.scheduler = scheduler or make_scheduler(self.profile, env)
         self.demand = demand
@@ -586,6 +588,7 @@ def harvest_executor(
     ``address`` (where compute nodes reach this host; the controller serves ranks there too),
     and heartbeats of 2 s / 10 s so that a lost node is noticed in seconds, not minutes.
     """
+    safe_name(label, "executor label")  # Parsl puts it into run directories and log names
     profile = provider.profile
     options: dict[str, Any] = {
         "max_workers_per_node": profile.node_ranks,

@@ -26,8 +26,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from parsl_malleable.allocate.objectives import OBJECTIVES
 from parsl_malleable.allocate.solve import SOLVERS
 from parsl_malleable.errors import ConfigError
+from parsl_malleable.inputs import SAFE_NAME
 
-NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+NAME = SAFE_NAME
 _NAME = re.compile(NAME)
 
 Objective = Literal["throughput", "weighted", "speedup", "maxmin"]

@@ -37,6 +37,7 @@ from parsl_malleable.controller.blocks import BlockDiff, BlockSource, ProviderBl
 from parsl_malleable.controller.core import ControllerCore, CoreSettings
 from parsl_malleable.controller.model import DrainRanks, JobSpec, StartRanks
 from parsl_malleable.errors import ConfigError
+from parsl_malleable.inputs import safe_name
 
 if TYPE_CHECKING:
     from parsl_malleable.app import ElasticJob
@@ -68,6 +69,7 @@ class Controller:
         max_agent_failures: int = 3,
         clock: Callable[[], float] = time.time,
     ) -> None:
+        safe_name(executor.label, "executor label")  # in thread, log and file names
         self.executor = executor
         self.host = host or controller_address(executor)
         self.core = ControllerCore(settings)
