@@ -193,6 +193,20 @@ class RankContext:
         value on the final group is this function's return value.
         """
         state._commit_hook = self._on_commit
+        try:
+            return self._run(loop, state)
+        except CoordinatorUnavailable:
+            # The driver is gone (killed, its host lost): nobody will hand this job's state
+            # to a new group, so rank 0 keeps the last commit on disk for the rerun.
+            if self.rank == 0 and state.has_commit:
+                saved = self._save(state)
+                if saved is not None:
+                    logger.warning(
+                        "coordinator lost: saved the commit of step %d before exiting", saved
+                    )
+            raise
+
+    def _run(self, loop: Callable[[ElasticState], T], state: ElasticState) -> T:
         assignment = self._client.request("join", member=self.member_id)
         while True:
             self._obey(assignment, state)
