@@ -148,6 +148,12 @@ class ElasticJob:
         self._error: str | None = None
         self._dfk = parsl.dfk()
 
+    @property
+    def warnings(self) -> list[str]:
+        """What the job's ranks reported that did not stop it, oldest first (e.g. newer disk
+        checkpoints skipped as damaged when it resumed). Also logged by the driver."""
+        return self.coordinator.warnings()
+
     # ------------------------------------------------------------ controls
 
     def drain_blocks(self, block_ids: Iterable[str]) -> list[str]:

@@ -145,6 +145,7 @@ class CheckpointStore:
             raise ValueError(f"CheckpointStore keep must be an integer >= 1, got {keep!r}")
         self.directory = Path(directory).expanduser().resolve()
         self.keep = keep
+        self.skipped: list[str] = []  # what the last load_latest passed over, and why
         try:
             self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
             owner = self.directory.stat().st_uid
@@ -278,8 +279,10 @@ class CheckpointStore:
         :class:`CheckpointError` naming both fingerprints: resuming another model's weights, or
         silently starting over, would both be wrong. So does a file that ``weights_only=True``
         refuses although its checksum matches (it was written by something other than
-        :meth:`save`).
+        :meth:`save`). :attr:`skipped` says which newer checkpoints the last call passed over
+        and why, for the caller to report.
         """
+        self.skipped = []
         for info in reversed(self.list()):
             payload = self._load_verified(info, fingerprint, map_location)
             if payload is not None:
@@ -291,8 +294,7 @@ class CheckpointStore:
     ) -> dict[str, Any] | None:
         path = info.path
         if not info.committed:
-            log.warning("skipping checkpoint %s: no readable manifest with its checksum", path)
-            return None
+            return self._skip(path, "no readable manifest with its checksum")
         if info.fingerprint != fingerprint:
             raise CheckpointError(
                 f"checkpoint {path} is for a different model: its fingerprint is "
@@ -304,19 +306,13 @@ class CheckpointStore:
         try:
             data = path.read_bytes()
         except OSError as exc:  # pruned by a writer since list(), or unreadable
-            log.warning("skipping checkpoint %s: cannot read: %s", path, exc)
-            return None
+            return self._skip(path, f"cannot read: {exc}")
         if len(data) != info.size:
-            log.warning(
-                "skipping checkpoint %s: %d bytes on disk, manifest says %s (truncated?)",
-                path,
-                len(data),
-                info.size,
+            return self._skip(
+                path, f"{len(data)} bytes on disk, manifest says {info.size} (truncated?)"
             )
-            return None
         if hashlib.sha256(data).hexdigest() != info.sha256:
-            log.warning("skipping checkpoint %s: sha256 does not match its manifest", path)
-            return None
+            return self._skip(path, "sha256 does not match its manifest")
         try:
             envelope = torch.load(io.BytesIO(data), map_location=map_location, weights_only=True)
         except pickle.UnpicklingError as exc:
@@ -326,11 +322,9 @@ class CheckpointStore:
                     f"to unpickle; it was not written by CheckpointStore.save. Refusing to load "
                     f"it: {str(exc).splitlines()[0]}"
                 ) from exc
-            log.warning("skipping checkpoint %s: cannot unpickle: %s", path, exc)
-            return None
+            return self._skip(path, f"cannot unpickle: {exc}")
         except (RuntimeError, EOFError, OSError, ValueError) as exc:
-            log.warning("skipping checkpoint %s: cannot read: %s", path, exc)
-            return None
+            return self._skip(path, f"cannot read: {exc}")
         if (
             not isinstance(envelope, dict)
             or envelope.get("format") != FORMAT
@@ -338,9 +332,12 @@ class CheckpointStore:
             or envelope.get("step") != info.step
             or not isinstance(envelope.get("payload"), dict)
         ):
-            log.warning("skipping checkpoint %s: contents disagree with its manifest", path)
-            return None
+            return self._skip(path, "contents disagree with its manifest")
         return envelope["payload"]
+
+    def _skip(self, path: Path, why: str) -> None:
+        self.skipped.append(f"{path.name}: {why}")
+        log.warning("skipping checkpoint %s: %s", path, why)
 
     # ------------------------------------------------------------------ helpers
 

@@ -312,6 +312,7 @@ class Coordinator:
             "left": self._left,
             "finish": self._finish,
             "abort": self._abort_from_rank,
+            "warn": self._warn_from_rank,
         }
         handler = handlers.get(op)  # type: ignore[arg-type]
         if handler is None:
@@ -440,6 +441,19 @@ class Coordinator:
             self._reconcile()
             self._cond.notify_all()
             return {"ok": True}
+
+    def _warn_from_rank(self, member_id: str, message: dict[str, Any]) -> dict[str, Any]:
+        """Something the job's owner must know that did not stop it (a checkpoint skipped)."""
+        text = str(message.get("message", ""))[:2000]
+        with self._cond:
+            self._event("warning", member=member_id, message=text)
+        logger.warning("rank %s: %s", member_id, text)
+        return {"ok": True}
+
+    def warnings(self) -> list[str]:
+        """What ranks reported with ``warn``, oldest first."""
+        with self._cond:
+            return [e["message"] for e in self._events if e["event"] == "warning"]
 
     def _abort_from_rank(self, member_id: str, message: dict[str, Any]) -> dict[str, Any]:
         self.abort(f"rank {member_id} failed: {message.get('error', '?')}")

@@ -317,11 +317,25 @@ class RankContext:
     def _initial_snapshot(self, state: ElasticState) -> dict[str, Any]:
         if self._store is not None:
             loaded = self._store.load_latest(state.fingerprint)
+            if self._store.skipped:
+                start = f"step {loaded[1]}" if loaded is not None else "scratch"
+                self._warn(
+                    f"resuming from {start}: skipped {len(self._store.skipped)} newer "
+                    f"checkpoint(s) in {self._store.directory}: " + "; ".join(self._store.skipped)
+                )
             if loaded is not None:
                 payload, step = loaded
                 logger.info("resuming from the disk checkpoint of step %d", step)
                 return payload
         return state.snapshot()
+
+    def _warn(self, text: str) -> None:
+        """Log ``text`` here and on the driver (the coordinator logs it and keeps it)."""
+        logger.warning("%s", text)
+        try:
+            self._client.request("warn", member=self.member_id, message=text)
+        except CoordinatorUnavailable:
+            logger.warning("could not report the warning above to the coordinator")
 
     def _broadcast(self, obj: Any, src: int) -> Any:
         try:

@@ -52,6 +52,11 @@ def test_truncated_newest_checkpoint_falls_back_to_previous_good_one(tmp_path):
     coordinator, second = _run_job(tmp_path, epochs=2, batch_size=64)
     assert isinstance(second, RankOutcome) and second.status == "finished"
     assert coordinator.epochs()[0]["start_step"] == 21  # resumed after step 20, not 0 or 22
+    # The driver hears of the fallback (ElasticJob.warnings reads this), not just the block's
+    # stderr: which checkpoint was skipped, why, and where the job resumed.
+    (warning,) = coordinator.warnings()
+    assert warning.startswith("resuming from step 20: skipped 1 newer checkpoint(s) in ")
+    assert "ckpt-000000000022.pt: 100 bytes on disk" in warning and "truncated" in warning
     # The sample counter travelled in the checkpoint: two epochs, each sample once per epoch.
     assert second.value["samples_seen"] == 2 * 1347
 
