@@ -33,7 +33,6 @@ import shutil
 import socket
 import tempfile
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +40,7 @@ from typing import Any, BinaryIO
 
 import torch
 
+from parsl_malleable.elastic.safe_state import check_loadable
 from parsl_malleable.errors import CheckpointError
 
 __all__ = ["CheckpointError", "CheckpointInfo", "CheckpointStore", "model_fingerprint"]
@@ -50,23 +50,6 @@ log = logging.getLogger(__name__)
 FORMAT = "parsl-malleable-checkpoint/1"
 _NAME = re.compile(r"^ckpt-(\d{12})\.(pt|json)$")
 _TMP_PREFIX = ".tmp-"
-
-# Exactly what ``torch.load(weights_only=True)`` accepts without extra safe globals. Checking at
-# save time turns "cannot resume" (found days later) into an error at the line that saved it.
-_LEAF_TYPES: tuple[type, ...] = (
-    str,
-    bytes,
-    int,
-    float,
-    complex,
-    bool,
-    type(None),
-    torch.Tensor,
-    torch.dtype,
-    torch.Size,
-    torch.device,
-)
-_CONTAINER_TYPES: tuple[type, ...] = (dict, OrderedDict, list, tuple, set)
 
 
 def model_fingerprint(model: torch.nn.Module) -> str:
@@ -191,7 +174,7 @@ class CheckpointStore:
             raise CheckpointError(
                 f"checkpoint fingerprint must be a non-empty string: {fingerprint!r}"
             )
-        _check_loadable(payload, "payload")
+        check_loadable(payload, "payload", CheckpointError)
         self._remove_stale_temp_files()
 
         pt_path, manifest_path = self._paths(step)
@@ -402,29 +385,6 @@ class CheckpointStore:
             if pid_text.isdigit() and not _pid_alive(int(pid_text)):
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(entry.path)
-
-
-def _check_loadable(value: Any, where: str) -> None:
-    if isinstance(value, _LEAF_TYPES):
-        return
-    if type(value) in (dict, OrderedDict):
-        for key, item in value.items():
-            if not isinstance(key, str | int | float | bool | tuple | type(None)):
-                raise CheckpointError(
-                    f"{where} has a key of type {type(key).__name__}, which "
-                    f"torch.load(weights_only=True) cannot restore"
-                )
-            _check_loadable(item, f"{where}[{key!r}]")
-        return
-    if isinstance(value, _CONTAINER_TYPES) and type(value) in _CONTAINER_TYPES:
-        for index, item in enumerate(value):
-            _check_loadable(item, f"{where}[{index}]")
-        return
-    raise CheckpointError(
-        f"{where} is a {type(value).__module__}.{type(value).__qualname__}, which "
-        f"torch.load(weights_only=True) refuses; store tensors and plain Python values only "
-        f"(convert arrays with torch.as_tensor, objects to dicts)"
-    )
 
 
 def _read_manifest(path: Path) -> dict[str, Any] | None:

@@ -29,12 +29,10 @@ Horovod "host" (``local_size`` 1), so ranks may also share a machine, as in test
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import logging
 import math
 import os
-import pickle
 import socket
 import struct
 import threading
@@ -47,6 +45,7 @@ from typing import Any
 import torch
 
 from parsl_malleable.elastic.backend import RendezvousInfo
+from parsl_malleable.elastic.safe_state import decode_state, encode_state
 from parsl_malleable.errors import MalleableError
 
 __all__ = [
@@ -403,14 +402,13 @@ class HorovodBackend:
                 original.copy_(result)
 
     def broadcast_object(self, obj: Any, src: int) -> Any:
-        """Return ``obj`` from rank ``src`` on every rank (pickled; the group is the job's own)."""
+        """Return ``obj`` from rank ``src`` on every rank (encoded with
+        :func:`~parsl_malleable.elastic.safe_state.encode_state`, read with ``weights_only``)."""
         self._check_usable()
         if not 0 <= src < self._world_size:
             raise ValueError(f"src {src} is outside world size {self._world_size}")
         if self._rank == src:
-            buffer = io.BytesIO()
-            pickle.dump(obj, buffer, protocol=pickle.HIGHEST_PROTOCOL)
-            data = torch.frombuffer(bytearray(buffer.getvalue()), dtype=torch.uint8)
+            data = encode_state(obj)
             length = torch.tensor([data.numel()], dtype=torch.int64)
         else:
             length = torch.zeros(1, dtype=torch.int64)
@@ -426,7 +424,7 @@ class HorovodBackend:
         )
         if self._rank == src:
             return obj
-        return pickle.loads(data.numpy().tobytes())  # noqa: S301 (bytes from the job's own group)
+        return decode_state(data)
 
     def barrier(self) -> None:
         """Wait for every rank of the group (an allreduce of one number, with the watchdog)."""

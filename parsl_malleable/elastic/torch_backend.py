@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import io
-import pickle
 import threading
 from typing import Any
 
@@ -19,6 +17,7 @@ import torch
 import torch.distributed as dist
 
 from parsl_malleable.elastic.backend import RendezvousInfo
+from parsl_malleable.elastic.safe_state import decode_state, encode_state
 
 
 class TorchRendezvousHost:
@@ -135,11 +134,11 @@ class TorchBackend:
         self._require_group().broadcast([tensor], options).wait(self._timeout)
 
     def broadcast_object(self, obj: Any, src: int) -> Any:
-        """Pickle on ``src``, send length then bytes, unpickle everywhere else."""
+        """Encode on ``src`` (:func:`~parsl_malleable.elastic.safe_state.encode_state`), send
+        length then bytes, decode everywhere else with ``weights_only=True``: a peer cannot make
+        this rank run code."""
         if self._rank == src:
-            buffer = io.BytesIO()
-            pickle.dump(obj, buffer, protocol=pickle.HIGHEST_PROTOCOL)
-            data = torch.frombuffer(bytearray(buffer.getvalue()), dtype=torch.uint8)
+            data = encode_state(obj)
             length = torch.tensor([data.numel()], dtype=torch.int64)
         else:
             length = torch.zeros(1, dtype=torch.int64)
@@ -151,8 +150,7 @@ class TorchBackend:
         self._broadcast(payload, src)
         if self._rank == src:
             return obj
-        # Only ranks of the same job exchange these bytes, over the job's own group.
-        return pickle.loads(payload.cpu().numpy().tobytes())  # noqa: S301
+        return decode_state(payload)
 
     def barrier(self) -> None:
         """Wait for every rank of the group."""
