@@ -2,7 +2,9 @@
 
 Request connections get one reply per request (some block until an assignment exists). A
 liveness connection carries pings from the rank and notices to it; its loss or silence marks
-the rank dead.
+the rank dead. A connection must send its first, token-bearing message within
+``AUTH_TIMEOUT_S`` and at most ``MAX_UNAUTHENTICATED`` may wait for that at once: idle or
+garbage connections cannot hold threads (200 idle ones were once all kept, forever).
 """
 
 from __future__ import annotations
@@ -22,6 +24,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+AUTH_TIMEOUT_S = 10.0
+MAX_UNAUTHENTICATED = 32
+
 
 class _Handler(socketserver.StreamRequestHandler):
     server: CoordinatorServer
@@ -32,7 +37,13 @@ class _Handler(socketserver.StreamRequestHandler):
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         reader = LineReader(sock)
         with self.server.connections_lock:
+            if self.server.unauthenticated >= MAX_UNAUTHENTICATED:
+                logger.warning("coordinator: too many connections without a token; dropping one")
+                return
+            self.server.unauthenticated += 1
             self.server.connections.add(sock)
+        waiting = True
+        sock.settimeout(self.server.auth_timeout_s)
         try:
             while True:
                 message = reader.read()
@@ -41,6 +52,12 @@ class _Handler(socketserver.StreamRequestHandler):
                 if not secrets.compare_digest(str(message.get("token", "")), coordinator.token):
                     send_message(sock, {"error": "bad token"})
                     return
+                if waiting:
+                    # Ranks may be quiet for long between requests once they are known.
+                    sock.settimeout(None)
+                    waiting = False
+                    with self.server.connections_lock:
+                        self.server.unauthenticated -= 1
                 if message.get("op") == "liveness":
                     self._liveness(sock, reader, str(message.get("member")))
                     return
@@ -50,6 +67,8 @@ class _Handler(socketserver.StreamRequestHandler):
         finally:
             with self.server.connections_lock:
                 self.server.connections.discard(sock)
+                if waiting:
+                    self.server.unauthenticated -= 1
 
     def _liveness(self, sock: socket.socket, reader: LineReader, member_id: str) -> None:
         coordinator = self.server.coordinator
@@ -72,9 +91,17 @@ class CoordinatorServer(socketserver.ThreadingTCPServer):
 
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = 128  # a job's ranks connect at once; the default backlog is 5
 
-    def __init__(self, address: tuple[str, int], coordinator: Coordinator) -> None:
+    def __init__(
+        self,
+        address: tuple[str, int],
+        coordinator: Coordinator,
+        auth_timeout_s: float | None = None,
+    ) -> None:
         self.coordinator = coordinator
+        self.auth_timeout_s = AUTH_TIMEOUT_S if auth_timeout_s is None else auth_timeout_s
+        self.unauthenticated = 0
         self.connections: set[socket.socket] = set()
         self.connections_lock = threading.Lock()
         super().__init__(address, _Handler)
