@@ -54,12 +54,13 @@ def _quiet() -> None:
     logging.disable(logging.WARNING)
 
 
-def _summit_run(args: tuple[str, str, float | None, int]) -> ReplayResult:
+def _summit_run(args: tuple[str, str, float | None, int, float]) -> ReplayResult:
     _quiet()
-    policy, workload, days, max_jobs = args
+    policy, workload, days, max_jobs, time_limit = args
     timeline = summit_timeline(None, days)
     jobs = workload_jobs(workload, timeline, keep_submits=True)
-    return Replay(timeline, jobs, make_policy(policy), max_jobs=max_jobs).run()
+    chosen = make_policy(policy, time_limit_s=time_limit)
+    return Replay(timeline, jobs, chosen, max_jobs=max_jobs).run()
 
 
 def _jct_run(args: tuple[str, str, str, int, float, int, float]) -> ReplayResult:
@@ -137,10 +138,11 @@ def part_summit(
     days: float | None,
     policies: tuple[str, ...],
     workloads: tuple[str, ...] = SUMMIT_WORKLOADS,
+    time_limit: float = 0.1,
 ) -> None:
     for workload in workloads:
         began = time.perf_counter()
-        runs = [(p, workload, days, 10) for p in policies]
+        runs = [(p, workload, days, 10, time_limit) for p in policies]
         results = list(pool.map(_summit_run, runs))
         r0 = results[0]
         print(
@@ -258,12 +260,14 @@ def main() -> None:
     parser.add_argument("--jct-jobs", type=int, default=40)
     parser.add_argument("--jct-decay", type=float, default=0.5, help="completion_decay")
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--time-limit", type=float, default=0.1, help="solver seconds (summit)")
     args = parser.parse_args()
     (REPO / "docs" / "img").mkdir(parents=True, exist_ok=True)
     with ProcessPoolExecutor(args.workers) as pool:
         if args.part in ("summit", "all"):
             workloads = tuple(args.workload or SUMMIT_WORKLOADS)
-            part_summit(pool, args.days, tuple(args.policy or SUMMIT_POLICIES), workloads)
+            policies = tuple(args.policy or SUMMIT_POLICIES)
+            part_summit(pool, args.days, policies, workloads, args.time_limit)
         if args.part in ("jct", "all"):
             part_jct(pool, args.jct_nodes, args.jct_days, args.jct_jobs, args.jct_decay)
         if args.part in ("traces", "all"):

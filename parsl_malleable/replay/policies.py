@@ -56,8 +56,8 @@ def make_policy(
     """The policy called ``name`` (see the module docstring); ``t_fwd`` is FreeTrain's
     forward-looking time, ``horizon_s`` the longest plan of ours; every policy solves to a
     1 % gap within 0.1 s by default (a replay makes thousands of decisions; live decisions
-    get 0.5 s and a 0.1 % gap). Measured on a day of Summit, a 0.5 s limit trained the same
-    samples within 0.5 % at 2.3 times the replay's time."""
+    get 0.5 s and a 0.1 % gap). On a day of Summit a 0.5 s limit trained the same samples
+    (docs/replay.md)."""
     base = PolicySettings(
         objective=objective,
         solver="highs",
