@@ -154,7 +154,10 @@ def part_summit(
         print(HEADER)
         for r in results:
             print(_row(r))
-        _plot_done(results, f"Summit, {workload}", REPO / "docs" / "img" / f"replay-{workload}.png")
+        # Shortened runs get their own file: the docs show the full replay's plot.
+        suffix = f"-{days:g}d" if days is not None else ""
+        plot = REPO / "docs" / "img" / f"replay-{workload}{suffix}.png"
+        _plot_done(results, f"Summit, {workload}", plot)
 
 
 def _burst_shares(nodes: int, days: float, above: tuple[int, ...] = (64, 256)) -> str:
