@@ -79,6 +79,13 @@ class PolicySettings:
             )
 
 
+def _profiled(spec: JobSpec, profiler: ScalabilityProfiler) -> ScalingCurve:
+    """The profiler's curve for ``spec`` on its grid only: a breakpoint at every size measured
+    so far (up to max_nodes of them) doubled the MILP's binaries and its solve time for a curve
+    that is the same smooth model between grid points."""
+    return profiler.curve(spec.profile_key, spec.max_nodes, size_grid(spec.max_nodes))
+
+
 def job_curve(
     spec: JobSpec,
     profiler: ScalabilityProfiler,
@@ -95,11 +102,7 @@ def job_curve(
             "points" if measured else "prior"
         )
     if settings.profiler and profiler.measured(key):
-        # On the profiler's grid only: a breakpoint at every size measured so far (up to
-        # max_nodes of them) doubled the MILP's binaries and its solve time for a curve that
-        # is the same smooth model between grid points.
-        curve = profiler.curve(key, spec.max_nodes, size_grid(spec.max_nodes))
-        return curve.shifted(settings.explore_kappa), "profiled"
+        return _profiled(spec, profiler).shifted(settings.explore_kappa), "profiled"
     # Linear scaling from zero: the prior never claims a size is worse than another.
     return ScalingCurve((0, spec.max_nodes), (0.0, prior_rate * spec.max_nodes)), "prior"
 
@@ -116,8 +119,7 @@ def reference_rate(
         if seen:
             # The curve is cached until the job's next sample; a fresh model prediction per
             # job and decision was a sixth of a replay's time.
-            grid = size_grid(spec.max_nodes)
-            rates.append(profiler.curve(spec.profile_key, spec.max_nodes, grid)(1))
+            rates.append(_profiled(spec, profiler)(1))
         elif spec.curve is not None:
             rates.append(spec.curve(1))
     rates = [r for r in rates if r > 0]

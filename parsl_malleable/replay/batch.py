@@ -47,9 +47,11 @@ def native_delays(
     return float(delay.mean()), float(delay.max())
 
 
-def _sweep_rows(
+def sweep_rows(
     jobs: list[ReplayJob], nodes: int, walltime_factor: float, first_id: int
 ) -> pd.DataFrame:
+    """``jobs`` as trace rows (ids from ``first_id``): ``nodes`` nodes each, the runtime their
+    samples take there plus the start-up, a walltime ``walltime_factor`` times that."""
     runtime = np.array([j.samples / j.curve(nodes) + j.scale_up_s for j in jobs])
     submit = np.array([j.submit for j in jobs])
     count = len(jobs)
@@ -84,7 +86,7 @@ def batch_sweep(
         raise ConfigError(f"a sweep job trains nothing on {nodes_per_job} nodes")
     base = simulate(trace, policy, end_cut="last_end")
     first_id = int(trace.jobs["job_id"].max()) + 1 if len(trace.jobs) else 1
-    extra = _sweep_rows(jobs, nodes_per_job, walltime_factor, first_id)
+    extra = sweep_rows(jobs, nodes_per_job, walltime_factor, first_id)
     combined = pd.concat([trace.jobs, extra], ignore_index=True)
     combined = combined.sort_values("submit", kind="stable").reset_index(drop=True)
     with_sweep = simulate(JobTrace(combined, trace.machine), policy, end_cut="last_end")
@@ -103,4 +105,4 @@ def batch_sweep(
     )
 
 
-__all__ = ["BatchOutcome", "batch_sweep"]
+__all__ = ["BatchOutcome", "batch_sweep", "native_delays", "sweep_rows"]

@@ -18,51 +18,19 @@ much.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
 
 from parsl_malleable.errors import ConfigError
-from parsl_malleable.replay.batch import BatchOutcome, native_delays
+from parsl_malleable.replay.batch import BatchOutcome, native_delays, sweep_rows
 from parsl_malleable.replay.workload import ReplayJob
 from parsl_malleable.sim.simulate import simulate
-from parsl_malleable.traces.schema import JOB_COLUMNS, JobTrace
+from parsl_malleable.traces.schema import JobTrace
 
 # A run of this many chunks for one job means the holes are shorter than its start-up.
 MAX_CHUNKS_PER_JOB = 200
-
-
-@dataclass
-class _Chunk:
-    job: int
-    submit: float
-    samples: float  # left to train when it is submitted
-
-
-def _rows(
-    chunks: list[_Chunk], jobs: list[ReplayJob], nodes: int, factor: float, first_id: int
-) -> pd.DataFrame:
-    runtime = np.array(
-        [c.samples / jobs[c.job].curve(nodes) + jobs[c.job].scale_up_s for c in chunks]
-    )
-    submit = np.array([c.submit for c in chunks])
-    count = len(chunks)
-    return pd.DataFrame(
-        {
-            "job_id": np.arange(first_id, first_id + count, dtype=np.int64),
-            "submit": submit,
-            "start": submit,
-            "end": submit + runtime,
-            "walltime": runtime * factor,
-            "nodes_req": np.full(count, nodes, dtype=np.int64),
-            "nodes": np.full(count, nodes, dtype=np.int64),
-            "cores_req": np.full(count, -1, dtype=np.int64),
-            "cores": np.full(count, -1, dtype=np.int64),
-            "queue": pd.array(["sweep"] * count, dtype="string"),
-            "user": pd.array(["sweep"] * count, dtype="string"),
-        }
-    ).astype(JOB_COLUMNS)
 
 
 def slurm_fit_sweep(
@@ -84,9 +52,11 @@ def slurm_fit_sweep(
         raise ConfigError(f"a sweep job trains nothing on {nodes_per_job} nodes")
     base = simulate(trace, policy, end_cut="last_end")
     first_id = int(trace.jobs["job_id"].max()) + 1 if len(trace.jobs) else 1
-    chunks = [_Chunk(i, j.submit, j.samples) for i, j in enumerate(jobs)]
+    # Each chunk is a batch job of its own: the job's remaining samples from its (re)submit.
+    chunks = list(jobs)
+    owner = list(range(len(jobs)))  # chunk -> index of the sweep job it continues
     while True:
-        extra = _rows(chunks, jobs, nodes_per_job, walltime_factor, first_id)
+        extra = sweep_rows(chunks, nodes_per_job, walltime_factor, first_id)
         combined = pd.concat([trace.jobs, extra], ignore_index=True)
         time_min = np.r_[np.full(len(trace.jobs), np.nan), np.full(len(extra), time_min_s)]
         order = np.argsort(combined["submit"].to_numpy(), kind="stable")
@@ -95,22 +65,21 @@ def slurm_fit_sweep(
             JobTrace(combined, trace.machine), policy, end_cut="last_end", time_min=time_min[order]
         )
         outcome = result.jobs.set_index("job_id").loc[extra["job_id"]]
-        cut = _earliest_cut(chunks, outcome, jobs, nodes_per_job)
+        last = {job: k for k, job in enumerate(owner)}  # later chunks overwrite earlier ones
+        cut = _earliest_cut(chunks, list(last.values()), outcome, nodes_per_job)
         if cut is None:
             break
         k, end, trained = cut
-        job = chunks[k].job
-        if sum(c.job == job for c in chunks) >= MAX_CHUNKS_PER_JOB:
+        if owner.count(owner[k]) >= MAX_CHUNKS_PER_JOB:
             raise ConfigError(
-                f"slurm-fit: job {jobs[job].name} was cut off {MAX_CHUNKS_PER_JOB} times; "
+                f"slurm-fit: job {jobs[owner[k]].name} was cut off {MAX_CHUNKS_PER_JOB} times; "
                 f"the holes are too short for --time-min={time_min_s:g}"
             )
-        chunks.append(_Chunk(job, end, chunks[k].samples - trained))
+        chunks.append(replace(chunks[k], submit=end, samples=chunks[k].samples - trained))
+        owner.append(owner[k])
     ends = np.full(len(jobs), np.nan)
-    for k, chunk in enumerate(chunks):
-        row = outcome.iloc[k]
-        if chunk is _last_of(chunks, chunk.job):
-            ends[chunk.job] = row["sim_end"]
+    for job, k in last.items():
+        ends[job] = outcome.iloc[k]["sim_end"]
     submits = np.array([j.submit for j in jobs])
     mean_delay, max_delay = native_delays(base, result, extra["job_id"])
     done = np.isfinite(ends)
@@ -124,29 +93,23 @@ def slurm_fit_sweep(
     )
 
 
-def _last_of(chunks: list[_Chunk], job: int) -> _Chunk:
-    return [c for c in chunks if c.job == job][-1]
-
-
 def _earliest_cut(
-    chunks: list[_Chunk], outcome: pd.DataFrame, jobs: list[ReplayJob], nodes: int
+    chunks: list[ReplayJob], latest: list[int], outcome: pd.DataFrame, nodes: int
 ) -> tuple[int, float, float] | None:
-    """The last chunk of a job that was cut off before its end, earliest first: its index, when
-    it ended and the samples it trained."""
+    """Among the ``latest`` chunks (each job's last), the one cut off before its end that ended
+    first: its index, when it ended and the samples it trained."""
     best: tuple[int, float, float] | None = None
-    for k, chunk in enumerate(chunks):
-        if chunk is not _last_of(chunks, chunk.job):
-            continue
+    for k in latest:
+        chunk = chunks[k]
         row = outcome.iloc[k]
         start, end, limit = row["sim_start"], row["sim_end"], row["sim_limit"]
         if not np.isfinite(start):
             continue  # never started: the sweep does not finish
-        job = jobs[chunk.job]
-        rate = job.curve(nodes)
-        needed = chunk.samples / rate + job.scale_up_s
+        rate = chunk.curve(nodes)
+        needed = chunk.samples / rate + chunk.scale_up_s
         if limit >= needed * (1 - 1e-9):
             continue  # ran to its end
-        trained = min(chunk.samples, rate * max(0.0, limit - job.scale_up_s))
+        trained = min(chunk.samples, rate * max(0.0, limit - chunk.scale_up_s))
         if best is None or end < best[1]:
             best = (k, float(end), trained)
     return best
