@@ -41,6 +41,11 @@ class SchedulerCommandError(MalleableError):
         super().__init__(f"{' '.join(argv)}: {message}")
 
 
+class StartRefused(SchedulerCommandError):
+    """The scheduler refused a block's start test (a partition limit, a reservation, a node
+    not available); ``reason`` holds the scheduler's own words."""
+
+
 class CheckpointError(MalleableError):
     """A checkpoint is corrupt, truncated, or belongs to a different model."""
 

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
+import os
 import re
 import threading
 import time
@@ -33,7 +35,8 @@ from parsl.jobs.states import JobStatus as ParslStatus
 from parsl.providers.base import ExecutionProvider
 from parsl.utils import RepresentationMixin
 
-from parsl_malleable.errors import MalleableError
+from parsl_malleable.allocate.result import BlockRequest
+from parsl_malleable.errors import MalleableError, StartRefused
 from parsl_malleable.harvest.demand import DemandContext, DemandFn
 from parsl_malleable.harvest.error_handler import backfill_error_handler
 from parsl_malleable.harvest.launch import write_block_files
@@ -42,16 +45,23 @@ from parsl_malleable.harvest.planning import harvest_windows, plan_blocks
 from parsl_malleable.harvest.profile import SiteProfile, load_profile
 from parsl_malleable.harvest.sites import OURS_PREFIX, BlockScheduler, make_scheduler
 from parsl_malleable.harvest.states import CancelReason, end_state, is_failure
-from parsl_malleable.harvest.yielding import blocks_in_the_way
+from parsl_malleable.harvest.warmup import load_planner
+from parsl_malleable.harvest.yielding import (
+    DEFAULT_TOLERANCE_S,
+    blocks_in_the_way,
+    blocks_on_unavailable_nodes,
+    reservation_in_the_way,
+)
 from parsl_malleable.inputs import safe_name
 from parsl_malleable.schedulers.records import JobState
 from parsl_malleable.windows.predict import WindowPredictor
-from parsl_malleable.windows.snapshot import Snapshot
+from parsl_malleable.windows.snapshot import NodeState, Snapshot
 
 logger = logging.getLogger(__name__)
 
 _BLOCK_IN_NAME = re.compile(r"block-([A-Za-z0-9_.-]+)")
 _SAFE_ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+_DIGITS = re.compile(r"\d+")
 YieldHook = Callable[[BlockInfo], None]
 
 
@@ -131,6 +141,9 @@ class BackfillProvider(ExecutionProvider, RepresentationMixin):
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._beat_thread: threading.Thread | None = None
+        self.planner_load_s: float | None = None
+        self._said: set[str] = set()
         self.polls = 0
         self.last_error = ""
         self.last_report: PollReport | None = None
@@ -231,15 +244,52 @@ class BackfillProvider(ExecutionProvider, RepresentationMixin):
     # ------------------------------------------------------------------------ poll thread
 
     def start(self) -> None:
-        """Start the poll thread (done by the first ``submit``)."""
+        """Start the poll thread and the heartbeat (done by the first ``submit``)."""
         with self._lock:
             if self._thread is not None and self._thread.is_alive():
                 return
             self._stop.clear()
+            self.beat()
+            self._beat_thread = threading.Thread(
+                target=self._beat_loop, name=f"backfill-{self.label}-heartbeat", daemon=True
+            )
+            self._beat_thread.start()
             self._thread = threading.Thread(
                 target=self._loop, name=f"backfill-{self.label}", daemon=True
             )
             self._thread.start()
+
+    @property
+    def heartbeat_file(self) -> Path:
+        """The dead-man switch's file: blocks end when it is older than the profile's
+        ``heartbeat_timeout_s`` (see :mod:`parsl_malleable.harvest.launch`)."""
+        return Path(self.script_dir or "backfill_scripts") / f"{self.label}.heartbeat"
+
+    def beat(self) -> None:
+        """Touch the heartbeat file: the driver is alive (the heartbeat thread does this)."""
+        path = self.heartbeat_file
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch(mode=0o600)
+        os.utime(path)
+
+    def _beat_loop(self) -> None:
+        # Its own thread: a poll stuck on a hung scheduler command must not stop the beat.
+        period = min(5.0, self.profile.heartbeat_timeout_s / 6)
+        while not self._stop.wait(period):
+            try:
+                self.beat()
+            except OSError as exc:  # a full or lost file system: the blocks will end
+                logger.warning("heartbeat %s not written: %s", self.heartbeat_file, exc)
+
+    def load_planner(self) -> float:
+        """Load (on a fresh install: compile) the window planner before the first poll, and
+        log how long it took; seconds. A poll that paid this silently looked like a hang."""
+        if self.planner_load_s is not None:
+            return self.planner_load_s
+        logger.info("loading the window planner (numba; a fresh install compiles it once)")
+        self.planner_load_s = load_planner(self.profile, self.predictor)
+        logger.info("window planner ready in %.1f s", self.planner_load_s)
+        return self.planner_load_s
 
     def close(self, cancel: bool = True, timeout: float = 30.0) -> None:
         """Stop the poll thread; with ``cancel``, close every slot and cancel its job."""
@@ -258,6 +308,10 @@ class BackfillProvider(ExecutionProvider, RepresentationMixin):
                 closer()
 
     def _loop(self) -> None:
+        try:
+            self.load_planner()
+        except Exception:  # the poll will raise it again, with its own log line
+            logger.exception("loading the window planner failed")
         next_poll = 0.0
         while not self._stop.is_set():
             try:
@@ -385,25 +439,39 @@ class BackfillProvider(ExecutionProvider, RepresentationMixin):
             for job_id, rec in live.items()
             if rec.deadline is not None and job_id in in_snapshot
         }
-        in_way = blocks_in_the_way(snap, deadlines)
-        if not in_way:
+        reasons = {
+            job_id: f"its node is out of service ({why})"
+            for job_id, why in blocks_on_unavailable_nodes(snap, set(live)).items()
+        }
+        for job_id, when in blocks_in_the_way(snap, deadlines).items():
+            if job_id in reasons:
+                continue
+            rec = live[job_id]
+            res = reservation_in_the_way(snap, rec.nodes, deadlines[job_id])
+            if res is not None and res.start <= when + DEFAULT_TOLERANCE_S:
+                reasons[job_id] = (
+                    f"reservation {res.name} takes its nodes at {res.start:.0f}, "
+                    f"before its end at {deadlines[job_id]:.0f}"
+                )
+            else:
+                reasons[job_id] = (
+                    f"a queued job could use its nodes at {when:.0f}, "
+                    f"before its end at {deadlines[job_id]:.0f}"
+                )
+        if not reasons:
             return
         now = self.clock()
-        victims = [live[j] for j in in_way]
+        victims = [live[j] for j in reasons]
         with self._lock:
             for rec in victims:
                 rec.phase = Phase.YIELDING
                 rec.cancel_reason = CancelReason.YIELD
                 rec.cancel_at = now + self.profile.yield_grace_s
                 rec.yield_poll = self.polls
+                rec.yield_reason = reasons[rec.job_id]
                 report.yielded.append(rec.job_id)
         for rec in victims:
-            logger.info(
-                "block job %s yields: a queued job could use its nodes at %.0f, before %.0f",
-                rec.job_id,
-                in_way[rec.job_id],
-                rec.deadline,
-            )
+            logger.info("block job %s yields: %s", rec.job_id, rec.yield_reason)
             if self.on_yield is not None:
                 try:
                     self.on_yield(BlockInfo.of(rec))
@@ -482,25 +550,60 @@ class BackfillProvider(ExecutionProvider, RepresentationMixin):
         want = min(want, cap_left)
         requests = plan_blocks(snap, want, self.profile, self.predictor, windows=windows)
         requests = requests[: len(waiting)]
+        if not requests:
+            self._explain_no_window(snap, busy)
         if self.profile.test_start:
-            # Test every block before submitting any: a block just submitted is queued ahead
-            # of the next test and would make it report a later start.
-            starts = [
-                self.scheduler.test_start(r.nodes, r.walltime_s, r.node_ids) for r in requests
-            ]
-            latest = self.clock() + self.profile.start_tolerance_s
-            for req, start in zip(requests, starts, strict=True):
-                if start is not None and start > latest:
-                    report.skipped.append(
-                        f"{req.nodes} nodes x {req.walltime_s:.0f} s would start at {start:.0f}"
-                    )
-            requests = [
-                r
-                for r, start in zip(requests, starts, strict=True)
-                if start is None or start <= latest
-            ]
+            requests = self._tested(requests, report)
         for slot, req in zip(waiting, requests, strict=False):
             self._submit_job(slot, req.nodes, req.walltime_s, req.node_ids, req.window_s, report)
+
+    def _tested(self, requests: list[BlockRequest], report: PollReport) -> list[BlockRequest]:
+        """The requests the scheduler would start now. Every block is tested before any is
+        submitted: a block just submitted is queued ahead of the next test and would make it
+        report a later start."""
+        starts: list[float | None] = []
+        refused: list[str] = []
+        for req in requests:
+            try:
+                starts.append(self.scheduler.test_start(req.nodes, req.walltime_s, req.node_ids))
+            except StartRefused as exc:
+                starts.append(math.inf)
+                refused.append(f"{req.nodes} nodes x {req.walltime_s:.0f} s: {exc.reason}")
+        latest = self.clock() + self.profile.start_tolerance_s
+        for req, start in zip(requests, starts, strict=True):
+            if start is not None and latest < start < math.inf:
+                refused.append(
+                    f"{req.nodes} nodes x {req.walltime_s:.0f} s would start at {start:.0f}"
+                )
+        for why in refused:
+            report.skipped.append(why)
+            self._say_once("a block waits: the scheduler's start test says", why)
+        return [
+            r for r, start in zip(requests, starts, strict=True) if start is None or start <= latest
+        ]
+
+    def _explain_no_window(self, snap: Snapshot, busy: set[str]) -> None:
+        """Say (once each) which reservation keeps idle nodes from holding a block."""
+        horizon = snap.now + self.profile.min_block_s + self.profile.safety_margin_s
+        idle = {n.name for n in snap.nodes if n.state is NodeState.IDLE} - busy
+        for res in snap.reservations:
+            hit = idle & set(res.nodes)
+            if hit and res.start < horizon:
+                self._say_once(
+                    f"reservation {res.name}",
+                    f"takes {len(hit)} idle node(s) from {res.start:.0f} to {res.end:.0f}: "
+                    f"no block of {self.profile.min_block_s:.0f} s + "
+                    f"{self.profile.safety_margin_s:.0f} s margin fits before it",
+                )
+
+    def _say_once(self, topic: str, words: str) -> None:
+        """Log a reason a slot waits the first time it is seen (times and ids aside), so a
+        condition that lasts a hundred polls is one line, and a new one is a new line."""
+        key = topic + _DIGITS.sub("#", words)
+        if key in self._said:
+            return
+        self._said.add(key)
+        logger.info("%s: %s", topic, words)
 
     def _submit_job(
         self,
@@ -521,6 +624,8 @@ class BackfillProvider(ExecutionProvider, RepresentationMixin):
             launcher=self.profile.launcher,
             worker_init=self.profile.worker_init,
             self_signal_s=self.profile.signal_margin_s if self.profile.scheduler == "pbs" else None,
+            heartbeat_file=self.heartbeat_file,
+            heartbeat_timeout_s=self.profile.heartbeat_timeout_s,
         )
         name = f"{OURS_PREFIX}-{self.label}-{slot.block_id}"
         now = self.clock()

@@ -8,7 +8,15 @@ a shell command by Parsl's contract, and nothing else is spliced into shell text
 paths and numbers. Without a scheduler option for it (PBS), the script sends itself USR1
 ``signal_margin_s`` before its walltime. The script exports ``PM_BLOCK_DEADLINE`` (Unix seconds) and
 ``PM_BLOCK_SIGNAL_FILE`` (created when USR1 arrives before the walltime) for the ranks, and
-keeps waiting for the workers after the signal so they can checkpoint.
+keeps waiting for the workers after the signal so they can checkpoint. A SIGTERM to the batch
+shell (Slurm's notice to a preempted block, or a cancel) is waited through the same way: the
+workers get it too, and the job ends when they do or when the scheduler kills it.
+
+The dead-man switch: with ``heartbeat_file``, a watchdog beside the workers checks the file's
+modification time every few seconds; the driver's provider touches it while it lives. When it is
+older than ``heartbeat_timeout_s`` (driver killed, its host or the shared file system lost), the
+watchdog stops the workers and the script exits, so the block ends by itself even when nothing
+is left to cancel it (Parsl's interchange can outlive a killed driver and keep its workers busy).
 """
 
 from __future__ import annotations
@@ -24,17 +32,22 @@ export PM_BLOCK_WALLTIME_S={walltime}
 export PM_BLOCK_DEADLINE=$(( $(date +%s) + {walltime} ))
 export PM_BLOCK_SIGNAL_FILE={signal_dir_q}/usr1-${{SLURM_JOB_ID:-${{PBS_JOBID:-$$}}}}
 trap ': > "$PM_BLOCK_SIGNAL_FILE"' USR1
+trap ': > "$PM_BLOCK_SIGNAL_FILE.term"' TERM
 {launch} /bin/bash {command_q} &
 child=$!
-{self_signal}# wait returns early when USR1 arrives: keep waiting until the workers are done.
+{self_signal}{watchdog}# wait returns early on a signal: wait on until the workers are done.
 while :; do
     wait "$child"
     status=$?
     kill -0 "$child" 2>/dev/null || break
 done
 [ -n "${{timer:-}}" ] && kill "$timer" 2>/dev/null
+[ -n "${{watchdog:-}}" ] && kill "$watchdog" 2>/dev/null
 exit "$status"
 """
+
+# The watchdog's check period; the block ends at most this much after the timeout.
+WATCHDOG_PERIOD_S = 5
 
 LAUNCHERS = {
     "srun": 'srun --ntasks-per-node=1 --nodes="$SLURM_JOB_NUM_NODES" --kill-on-bad-exit=0',
@@ -52,12 +65,16 @@ def write_block_files(
     launcher: str,
     worker_init: str = "",
     self_signal_s: float | None = None,
+    heartbeat_file: Path | None = None,
+    heartbeat_timeout_s: float = 30.0,
 ) -> Path:
     """Write ``<slot>.command`` (Parsl's command) and ``<slot>.sh`` (the batch script) into
     ``directory`` and return the script's path. The files are reused by every job of the slot.
 
     ``self_signal_s``: the script sends itself USR1 that long before its walltime, for
     schedulers without a signal-before-the-end option (PBS); Slurm's ``--signal`` does it there.
+    ``heartbeat_file``: the dead-man switch's file (None: no switch); the block ends when it is
+    older than ``heartbeat_timeout_s``.
     """
     if launcher not in LAUNCHERS:
         raise ValueError(f"launcher {launcher!r} is not one of {', '.join(LAUNCHERS)}")
@@ -76,6 +93,7 @@ def write_block_files(
             launch=LAUNCHERS[launcher],
             command_q=shlex.quote(str(command_file.resolve())),
             self_signal=_self_signal(walltime_s, self_signal_s),
+            watchdog=_watchdog(heartbeat_file, heartbeat_timeout_s),
         )
     )
     script.chmod(0o700)
@@ -91,4 +109,27 @@ def _self_signal(walltime_s: float, margin_s: float | None) -> str:
     return f"(sleep {delay} && kill -USR1 $$) >/dev/null 2>&1 &\ntimer=$!\n"
 
 
-__all__ = ["LAUNCHERS", "write_block_files"]
+def _watchdog(heartbeat_file: Path | None, timeout_s: float) -> str:
+    if heartbeat_file is None:
+        return ""
+    beat = shlex.quote(str(heartbeat_file.resolve()))
+    timeout = max(1, int(timeout_s))
+    # TERM first so that ranks can leave; the script's exit then ends the job, and the
+    # scheduler removes whatever is left of it.
+    return (
+        "(\n"
+        f"    while sleep {WATCHDOG_PERIOD_S}; do\n"
+        f"        beat=$(stat -c %Y {beat} 2>/dev/null || echo 0)\n"
+        f"        if [ $(( $(date +%s) - beat )) -gt {timeout} ]; then\n"
+        f"            echo \"parsl-malleable: the driver's heartbeat {beat} is older than "
+        f'{timeout} s: the block ends" >&2\n'
+        '            kill -TERM "$child" 2>/dev/null; sleep 2; kill -KILL "$child" 2>/dev/null\n'
+        "            exit 0\n"
+        "        fi\n"
+        "    done\n"
+        ") &\n"
+        "watchdog=$!\n"
+    )
+
+
+__all__ = ["LAUNCHERS", "WATCHDOG_PERIOD_S", "write_block_files"]

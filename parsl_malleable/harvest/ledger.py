@@ -45,6 +45,7 @@ class JobRecord:
     cancel_at: float | None = None
     yield_poll: int | None = None  # the poll that decided to yield
     cancel_poll: int | None = None  # polls done when the cancel was sent
+    yield_reason: str = ""  # why it yields, in the words of the log
     cancel_sent_at: float | None = None
     end_state: ParslState | None = None
     message: str = ""

@@ -60,7 +60,26 @@ class SiteProfile(BaseModel):
     group_tolerance_s: float = Field(
         300.0, ge=0, description="nodes whose windows differ less share a block"
     )
-    reservations: bool = Field(False, description="read advance reservations (one more query)")
+    reservations: bool = Field(
+        True, description="read advance reservations (one more query) and keep blocks out of them"
+    )
+    preemption: Literal["none", "partition", "qos"] = Field(
+        "none",
+        description=(
+            "how the scheduler takes blocks back for native jobs: none (polling mode: the "
+            "provider yields them), partition or qos (preemption mode: `partition` or `qos` is "
+            "one Slurm preempts, PreemptType=preempt/partition_prio or preempt/qos)"
+        ),
+    )
+    preempt_grace_s: float = Field(
+        0.0, ge=0, description="the site's GraceTime: notice a preempted block gets (SIGTERM)"
+    )
+    heartbeat_timeout_s: float = Field(
+        30.0,
+        ge=10,
+        le=50,
+        description="dead-man switch: a block ends this long after the driver's last heartbeat",
+    )
     test_start: bool = Field(True, description="confirm 'starts now' with sbatch --test-only")
     pin_nodes: bool = Field(True, description="submit blocks to the planned nodes (--nodelist)")
     launcher: Literal["srun", "none"] = "srun"
@@ -102,6 +121,18 @@ class SiteProfile(BaseModel):
             raise ValueError(
                 f"min_block_s ({self.min_block_s:g}) > max_walltime_s ({self.max_walltime_s:g})"
             )
+        if self.preemption != "none":
+            if self.scheduler != "slurm":
+                raise ValueError(
+                    f"preemption: {self.preemption} is for scheduler: slurm; with "
+                    f"{self.scheduler} use preemption: none"
+                )
+            where = self.partition if self.preemption == "partition" else self.qos
+            if not where:
+                raise ValueError(
+                    f"preemption: {self.preemption} needs `{self.preemption}:` set to the "
+                    f"{self.preemption} that Slurm preempts for native jobs"
+                )
         if self.scheduler == "emulated":
             if self.emulated is None:
                 raise ValueError("emulated: required with scheduler: emulated (at least {})")

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
-from parsl_malleable.errors import ConfigError, SchedulerCommandError
+from parsl_malleable.errors import ConfigError, SchedulerCommandError, StartRefused
 from parsl_malleable.harvest.profile import SiteProfile
 from parsl_malleable.schedulers.commands import run_command
 from parsl_malleable.schedulers.emulated import EmulatedSite
@@ -38,7 +38,9 @@ class BlockScheduler(Protocol):
     def snapshot(self) -> Snapshot: ...
 
     def test_start(self, nodes: int, walltime_s: float, node_ids: Sequence[str]) -> float | None:
-        """When a block would start now, or None when the scheduler cannot say."""
+        """When a block would start, or None when the scheduler cannot say; raises
+        :class:`~parsl_malleable.errors.StartRefused` with the scheduler's words when it
+        refuses the block outright."""
         ...
 
     def submit(
@@ -103,7 +105,11 @@ class SlurmBlocks:
             timeout_s=self.sched.timeout_s,
             retries=self.sched.retries,
             env=self.sched.env,
+            check=False,
         )
+        if result.returncode != 0:
+            words = " ".join(result.stderr.split()) or f"exit status {result.returncode}"
+            raise StartRefused(argv, words)
         try:
             start, _hosts, _partition = parse_test_only(result.stderr)
         except OutputParseError as exc:

@@ -15,7 +15,7 @@ import math
 from collections.abc import Mapping
 
 from parsl_malleable.windows.predict import WindowPredictor
-from parsl_malleable.windows.snapshot import Node, NodeState, Snapshot
+from parsl_malleable.windows.snapshot import Node, NodeState, Reservation, Snapshot
 
 # Scheduler plans are whole seconds; a first use this close to the deadline is not a delay.
 DEFAULT_TOLERANCE_S = 1.0
@@ -83,4 +83,39 @@ def blocks_in_the_way(
     }
 
 
-__all__ = ["blocks_in_the_way", "first_native_use", "snapshot_without_blocks"]
+# An administrator took the node out of service: the block leaves at once, whatever the queue.
+UNAVAILABLE = (NodeState.DRAINED, NodeState.DOWN)
+
+
+def blocks_on_unavailable_nodes(snapshot: Snapshot, job_ids: set[str]) -> dict[str, str]:
+    """Our running jobs (of ``job_ids``) holding a node that is drained, draining or down,
+    with the scheduler's word for it (``n3 drained``)."""
+    state = {n.name: n.state for n in snapshot.nodes}
+    out: dict[str, str] = {}
+    for job in snapshot.running:
+        if job.job_id not in job_ids:
+            continue
+        bad = [f"{n} {state[n].value}" for n in job.nodes if state.get(n) in UNAVAILABLE]
+        if bad:
+            out[job.job_id] = ", ".join(bad)
+    return out
+
+
+def reservation_in_the_way(
+    snapshot: Snapshot, nodes: tuple[str, ...], until: float
+) -> Reservation | None:
+    """The first reservation that takes one of ``nodes`` before ``until`` (None: none does),
+    so a yield can say it leaves for a reservation rather than for a queued job."""
+    held = set(nodes)
+    hits = [r for r in snapshot.reservations if r.start < until and held & set(r.nodes)]
+    return min(hits, key=lambda r: r.start) if hits else None
+
+
+__all__ = [
+    "UNAVAILABLE",
+    "blocks_in_the_way",
+    "blocks_on_unavailable_nodes",
+    "first_native_use",
+    "reservation_in_the_way",
+    "snapshot_without_blocks",
+]
