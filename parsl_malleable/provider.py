@@ -43,7 +43,12 @@ from parsl_malleable.harvest.launch import write_block_files
 from parsl_malleable.harvest.ledger import BlockInfo, JobRecord, Phase, Slot
 from parsl_malleable.harvest.planning import harvest_windows, plan_blocks
 from parsl_malleable.harvest.profile import SiteProfile, load_profile
-from parsl_malleable.harvest.sites import OURS_PREFIX, BlockScheduler, make_scheduler
+from parsl_malleable.harvest.sites import (
+    OURS_PREFIX,
+    BlockScheduler,
+    make_scheduler,
+    snapshot_signature,
+)
 from parsl_malleable.harvest.states import CancelReason, end_state, is_failure
 from parsl_malleable.harvest.warmup import load_planner
 from parsl_malleable.harvest.yielding import (
@@ -313,20 +318,47 @@ class BackfillProvider(ExecutionProvider, RepresentationMixin):
         except Exception:  # the poll will raise it again, with its own log line
             logger.exception("loading the window planner failed")
         next_poll = 0.0
+        watch = self.profile.watch_interval_s
+        next_watch = math.inf
         while not self._stop.is_set():
             try:
+                if watch and time.monotonic() >= next_watch:
+                    next_watch = time.monotonic() + watch
+                    if self._queue_changed():
+                        self._wake.set()
                 if time.monotonic() >= next_poll or self._wake.is_set():
                     self._wake.clear()
                     self.poll_once()
                     next_poll = time.monotonic() + self.profile.poll_interval_s
+                    next_watch = time.monotonic() + watch if watch else math.inf
                 self._send_due_cancels()
                 due = self._next_cancel_in()
             except Exception:  # nothing may end the thread: blocks would stop yielding
                 logger.exception("backfill poll failed")
                 next_poll = time.monotonic() + self.profile.poll_interval_s
                 due = None
-            wait = min(next_poll - time.monotonic(), due if due is not None else 1e9)
+            wait = min(next_poll, next_watch) - time.monotonic()
+            wait = min(wait, due if due is not None else 1e9)
             self._wake.wait(max(0.05, wait))
+
+    def _queue_changed(self) -> bool:
+        """Whether a native job arrived or ended since the last snapshot (a watch query)."""
+        read = getattr(self.scheduler, "queue_signature", None)
+        snap = self.last_snapshot
+        if read is None or snap is None or not self._has_running_blocks():
+            return False
+        try:
+            changed = read() != snapshot_signature(snap)
+        except MalleableError as exc:
+            logger.debug("queue watch: %s", exc)
+            return False
+        if changed:
+            logger.debug("queue watch: the native queue changed; polling now")
+        return changed
+
+    def _has_running_blocks(self) -> bool:
+        with self._lock:
+            return any(r.phase is Phase.RUNNING for r in self._jobs.values())
 
     def poll_once(self) -> PollReport:
         """One poll: snapshot, book-keeping, yields, withdrawals, new blocks."""
@@ -375,6 +407,13 @@ class BackfillProvider(ExecutionProvider, RepresentationMixin):
         if not missing:
             return
         statuses = self.scheduler.status([r.job_id for r in missing])
+        ended = [
+            r
+            for r in missing
+            if r.job_id in statuses
+            and (statuses[r.job_id].state is JobState.UNKNOWN or statuses[r.job_id].state.finished)
+        ]
+        preempted = self._preempted_by_site(ended, statuses)
         now = self.clock()
         with self._lock:
             for rec in missing:
@@ -382,7 +421,8 @@ class BackfillProvider(ExecutionProvider, RepresentationMixin):
                 if st is None:
                     continue
                 if st.state is JobState.UNKNOWN or st.state.finished:
-                    self._end(rec, st.state, now, st.end_limit)
+                    state = JobState.PREEMPTED if rec.job_id in preempted else st.state
+                    self._end(rec, state, now, st.end_limit)
                     report.ended.append(rec.job_id)
                 elif st.state in (JobState.RUNNING, JobState.COMPLETING) and st.start is not None:
                     limit = (st.end_limit - st.start) if st.end_limit is not None else None
@@ -423,6 +463,22 @@ class BackfillProvider(ExecutionProvider, RepresentationMixin):
         if not self.recycle and rec.cancel_reason is not CancelReason.NOT_STARTED:
             slot.final, slot.final_message = parsl_state, rec.message
 
+    def _preempted_by_site(self, ended: list[JobRecord], states: dict[str, Any]) -> set[str]:
+        """The ended blocks Slurm preempted (preemption mode). A preempted block whose workers
+        left within the grace time ends with their exit status (FAILED, COMPLETED), not
+        PREEMPTED, and a preemption must not count towards giving up."""
+        ask = getattr(self.scheduler, "preempted", None)
+        if self.profile.preemption == "none" or ask is None:
+            return set()
+        candidates = [
+            r.job_id
+            for r in ended
+            if r.cancel_reason is None
+            and r.start is not None
+            and states[r.job_id].state not in (JobState.PREEMPTED, JobState.TIMEOUT)
+        ]
+        return ask(candidates) if candidates else set()
+
     def _give_up(self, message: str) -> None:
         self._gave_up = message
         logger.error("backfill provider stops launching: %s", message)
@@ -443,8 +499,15 @@ class BackfillProvider(ExecutionProvider, RepresentationMixin):
             job_id: f"its node is out of service ({why})"
             for job_id, why in blocks_on_unavailable_nodes(snap, set(live)).items()
         }
+        # In preemption mode Slurm takes nodes back itself; a yield of ours only gives the
+        # ranks notice of a native start the queue already plans within the next poll.
+        soon = (
+            snap.now + self.profile.poll_interval_s + self.profile.yield_grace_s
+            if self.profile.preemption != "none"
+            else math.inf
+        )
         for job_id, when in blocks_in_the_way(snap, deadlines).items():
-            if job_id in reasons:
+            if job_id in reasons or when > soon:
                 continue
             rec = live[job_id]
             res = reservation_in_the_way(snap, rec.nodes, deadlines[job_id])

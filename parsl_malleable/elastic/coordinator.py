@@ -313,11 +313,21 @@ class Coordinator:
             "finish": self._finish,
             "abort": self._abort_from_rank,
             "warn": self._warn_from_rank,
+            "leaving": self._leaving_from_rank,
         }
         handler = handlers.get(op)  # type: ignore[arg-type]
         if handler is None:
             return {"error": f"unknown op {op!r}"}
         return handler(member_id, message)
+
+    def _leaving_from_rank(self, member_id: str, message: dict[str, Any]) -> dict[str, Any]:
+        """A rank got notice that its node goes (a preemption's SIGTERM): it leaves at the
+        commit it is at, as if drained."""
+        logger.info(
+            "member %s leaves at its next commit: %s", member_id, message.get("reason", "notice")
+        )
+        self.drain(member_ids=[member_id])
+        return {"ok": True}
 
     def member_lost(self, member_id: str, why: str) -> None:
         """The liveness connection of ``member_id`` broke or went silent."""

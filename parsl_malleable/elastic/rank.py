@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import socket
+import threading
 import traceback
 import uuid
 from collections.abc import Callable
@@ -132,6 +134,8 @@ class RankContext:
         )
         self._finished_rank: int | None = None
         self.failed_checkpoints = 0  # disk checkpoints that could not be written
+        self._notice = ""  # why this rank must leave (a SIGTERM: preemption, a cancel)
+        self._notice_sent = False
 
     # --------------------------------------------------------------- user API
 
@@ -193,6 +197,7 @@ class RankContext:
         value on the final group is this function's return value.
         """
         state._commit_hook = self._on_commit
+        previous = _catch_notice(self._on_term)
         try:
             return self._run(loop, state)
         except CoordinatorUnavailable:
@@ -205,6 +210,14 @@ class RankContext:
                         "coordinator lost: saved the commit of step %d before exiting", saved
                     )
             raise
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
+
+    def _on_term(self, signum: int, _frame: object) -> None:
+        # Slurm's notice to a preempted block (and a cancel's first signal): leave at the next
+        # check, at a commit, instead of dying now and costing the group a rollback.
+        self._notice = f"signal {signal.Signals(signum).name}"
 
     def _run(self, loop: Callable[[ElasticState], T], state: ElasticState) -> T:
         assignment = self._client.request("join", member=self.member_id)
@@ -350,6 +363,12 @@ class RankContext:
         if state.step % self.settings.check_every:
             return
         flag = torch.zeros(1, dtype=torch.float64)
+        if self._notice and not self._notice_sent:
+            # Marked leaving before the flag is reduced, so the change the group agrees on
+            # already leaves this rank out.
+            self._client.request("leaving", member=self.member_id, reason=self._notice)
+            self._notice_sent = True
+            flag[0] = 1.0
         if self.rank == 0:
             reply = self._client.request(
                 "poll",
@@ -358,7 +377,7 @@ class RankContext:
                 step=state.step,
                 samples=state.samples_trained(),
             )
-            flag[0] = 1.0 if reply.get("change") else 0.0
+            flag[0] = max(flag.item(), 1.0 if reply.get("change") else 0.0)
         self.allreduce_mean_([flag])
         if flag.item() > 0:
             raise PlannedChange(f"membership changes after step {state.step}")
@@ -389,6 +408,14 @@ class RankContext:
             self._backend.shutdown()
         except Exception as exc:
             logger.debug("backend shutdown: %s", exc)
+
+
+def _catch_notice(handler: Callable[[int, Any], None]) -> Any:
+    """Install ``handler`` for SIGTERM; the handler it replaced, or None where signals cannot
+    be caught (not the main thread: the rank then dies on SIGTERM as before)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGTERM, handler)
 
 
 def run_rank(

@@ -114,8 +114,9 @@ def _watchdog(heartbeat_file: Path | None, timeout_s: float) -> str:
         return ""
     beat = shlex.quote(str(heartbeat_file.resolve()))
     timeout = max(1, int(timeout_s))
-    # TERM first so that ranks can leave; the script's exit then ends the job, and the
-    # scheduler removes whatever is left of it.
+    # TERM first so that ranks can leave; the worker command's children too (pkill, where
+    # procps is installed), since a bash running the command does not pass TERM on. The
+    # script's exit then ends the job, and the scheduler removes whatever is left of it.
     return (
         "(\n"
         f"    while sleep {WATCHDOG_PERIOD_S}; do\n"
@@ -123,7 +124,9 @@ def _watchdog(heartbeat_file: Path | None, timeout_s: float) -> str:
         f"        if [ $(( $(date +%s) - beat )) -gt {timeout} ]; then\n"
         f"            echo \"parsl-malleable: the driver's heartbeat {beat} is older than "
         f'{timeout} s: the block ends" >&2\n'
-        '            kill -TERM "$child" 2>/dev/null; sleep 2; kill -KILL "$child" 2>/dev/null\n'
+        '            pkill -TERM -P "$child" 2>/dev/null; kill -TERM "$child" 2>/dev/null\n'
+        "            sleep 2\n"
+        '            pkill -KILL -P "$child" 2>/dev/null; kill -KILL "$child" 2>/dev/null\n'
         "            exit 0\n"
         "        fi\n"
         "    done\n"

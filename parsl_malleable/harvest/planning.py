@@ -7,7 +7,8 @@ A node's usable window is the naive one (every job runs to its limit, which is w
 scheduler itself plans with, so a block inside it can never delay a queued job) shortened to
 the predicted quantile when a learned model is given (a native job that ends early makes us
 yield, and a shorter block avoids that). Blocks are sized by the allocator's
-:func:`~parsl_malleable.allocate.blocks.size_blocks_for_demand`.
+:func:`~parsl_malleable.allocate.blocks.size_blocks_for_demand`. In preemption mode (the site
+preempts blocks for native jobs) every idle node's window is the longest block.
 """
 
 from __future__ import annotations
@@ -59,6 +60,12 @@ def harvest_windows(
         return []
     names = [n for n, k in zip(nw.names, keep, strict=True) if k]
     cap = profile.max_walltime_s + profile.safety_margin_s
+    if profile.preemption != "none":
+        # Slurm takes a preemptable block back the moment a native job needs its nodes, so
+        # a block need not end before the predicted window does: every node idle now is a
+        # window as long as the longest block.
+        lengths = np.where(nw.naive > 0, cap, 0.0)
+        samples = None
     lengths = np.minimum(lengths[keep], cap)
     if samples is not None:
         samples = np.minimum(samples[:, keep], cap)

@@ -74,6 +74,14 @@ class SiteProfile(BaseModel):
     preempt_grace_s: float = Field(
         0.0, ge=0, description="the site's GraceTime: notice a preempted block gets (SIGTERM)"
     )
+    watch_interval_s: float | None = Field(
+        None,
+        gt=0,
+        description=(
+            "polling mode on Slurm: between polls, one squeue this often; a native arrival or "
+            "end seen there starts a poll at once (None: only the polls)"
+        ),
+    )
     heartbeat_timeout_s: float = Field(
         30.0,
         ge=10,

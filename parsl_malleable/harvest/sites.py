@@ -140,6 +140,33 @@ class SlurmBlocks:
         self.queries["scancel"] += 1
         self.sched.cancel(job_ids)
 
+    def preempted(self, job_ids: Sequence[str]) -> set[str]:
+        """Which of these (ended) jobs Slurm preempted: its PreemptTime is set. A preempted
+        block whose workers left within the grace time ends FAILED or COMPLETED, not
+        PREEMPTED, so its state alone does not say."""
+        argv = ["squeue", "--noheader", "--states=all", f"--jobs={','.join(job_ids)}",
+                "--Format=JobID:32,PreemptTime:32"]  # fmt: skip
+        self.queries["squeue"] += 1
+        result = run_command(
+            argv, timeout_s=self.sched.timeout_s, retries=self.sched.retries, env=self.sched.env
+        )
+        out = set()
+        for line in result.stdout.splitlines():
+            parts = line.split()
+            if len(parts) == 2 and parts[1] not in ("N/A", "None", "Unknown", "0"):
+                out.add(parts[0])
+        return out
+
+    def queue_signature(self) -> frozenset[tuple[str, str]]:
+        """Native jobs pending or running now, as (id, PD|R): one small ``squeue``, so the
+        provider can see an arrival or an end between polls."""
+        argv = ["squeue", "--noheader", "--states=PD,CF,R,S", "--format=%i %t %j"]
+        self.queries["squeue (watch)"] += 1
+        result = run_command(
+            argv, timeout_s=self.sched.timeout_s, retries=self.sched.retries, env=self.sched.env
+        )
+        return queue_signature_of(result.stdout)
+
     def signal_batch(self, job_ids: Sequence[str], signal: str) -> None:
         argv = ["scancel", "--batch", f"--signal={signal}", *job_ids]
         self.queries["scancel"] += 1
@@ -154,6 +181,24 @@ class SlurmBlocks:
             # A block that ended meanwhile cannot be signalled; the cancel that follows is
             # what matters, so this is only worth a log line at the caller.
             raise SchedulerCommandError(argv, result.stderr.strip() or "signal failed")
+
+
+def queue_signature_of(squeue_output: str) -> frozenset[tuple[str, str]]:
+    """(id, PD|R) of every native job in ``squeue --format='%i %t %j'`` output."""
+    out = set()
+    for line in squeue_output.splitlines():
+        parts = line.split(maxsplit=2)
+        if len(parts) < 2 or (len(parts) == 3 and parts[2].startswith(OURS_PREFIX)):
+            continue
+        out.add((parts[0], "PD" if parts[1] == "PD" else "R"))
+    return frozenset(out)
+
+
+def snapshot_signature(snapshot: Snapshot) -> frozenset[tuple[str, str]]:
+    """The same signature from a snapshot, to compare the first watch after a poll with."""
+    running = {(j.job_id, "R") for j in snapshot.running if not j.ours}
+    pending = {(j.job_id, "PD") for j in snapshot.pending if not j.ours}
+    return frozenset(running | pending)
 
 
 class PBSBlocks:
@@ -246,4 +291,6 @@ __all__ = [
     "SlurmBlocks",
     "make_emulated_site",
     "make_scheduler",
+    "queue_signature_of",
+    "snapshot_signature",
 ]

@@ -92,10 +92,10 @@ def providers(
     and the next test starts when no block is left on the cluster."""
     made: list[BackfillProvider] = []
 
-    def make(**kwargs: object) -> BackfillProvider:
+    def make(profile: str = "slurm-test", **kwargs: object) -> BackfillProvider:
         kwargs.setdefault("env", dict(slurm_cluster.env))
         kwargs.setdefault("script_dir", str(tmp_path / "blocks"))
-        provider = BackfillProvider("slurm-test", **kwargs)  # type: ignore[arg-type]
+        provider = BackfillProvider(profile, **kwargs)  # type: ignore[arg-type]
         made.append(provider)
         return provider
 

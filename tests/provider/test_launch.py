@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -75,3 +76,67 @@ def test_self_signal_before_the_walltime(tmp_path: Path) -> None:
     proc = subprocess.run(["bash", str(script)], env={**os.environ, "PBS_JOBID": "5.pbs"})
     assert proc.returncode == 0 and done.exists()
     assert (tmp_path / "usr1-5.pbs").exists()
+
+
+def _beat_at(path: Path, age_s: float) -> None:
+    path.touch()
+    then = time.time() - age_s
+    os.utime(path, (then, then))
+
+
+def test_the_watchdog_ends_a_block_whose_driver_stopped_beating(tmp_path: Path) -> None:
+    beat = tmp_path / "driver.heartbeat"
+    _beat_at(beat, 120)  # the driver died two minutes ago
+    script = write_block_files(
+        tmp_path, slot_id="s", block_id="1", command="sleep 600", walltime_s=900,
+        launcher="none", heartbeat_file=beat, heartbeat_timeout_s=10,
+    )  # fmt: skip
+    log = tmp_path / "stderr"
+    began = time.monotonic()
+    with log.open("w") as err:
+        # Its own session, so that whatever it leaves behind can be cleaned up as a
+        # scheduler would after the script's exit.
+        proc = subprocess.Popen(
+            ["bash", str(script)], stderr=err, start_new_session=True,
+            env={**os.environ, "SLURM_JOB_ID": "7"},
+        )  # fmt: skip
+        try:
+            proc.wait(timeout=60)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+    # One watchdog period (5 s), the TERM and its 2 s wait; the command itself would run 600 s.
+    assert time.monotonic() - began < 30
+    said = log.read_text()
+    assert "heartbeat" in said and "the block ends" in said
+
+
+def test_a_beating_driver_keeps_its_block(tmp_path: Path) -> None:
+    beat = tmp_path / "driver.heartbeat"
+    beat.touch()
+    done = tmp_path / "done"
+    script = write_block_files(
+        tmp_path, slot_id="s", block_id="1", command=f"sleep 8; touch {done}", walltime_s=900,
+        launcher="none", heartbeat_file=beat, heartbeat_timeout_s=10,
+    )  # fmt: skip
+    proc = subprocess.run(
+        ["bash", str(script)], capture_output=True, text=True, timeout=60,
+        env={**os.environ, "SLURM_JOB_ID": "8"},
+    )  # fmt: skip
+    assert proc.returncode == 0 and done.exists(), proc.stderr
+    assert "heartbeat" not in proc.stderr
+
+
+def test_sigterm_is_a_notice_the_script_waits_through(tmp_path: Path) -> None:
+    # The workers ignore it here (a rank finishing its commit); the script must not leave first.
+    done = tmp_path / "done"
+    command = f"trap '' TERM; sleep 1.5; touch {done}; exit 4"
+    script = write_block_files(
+        tmp_path, slot_id="s", block_id="1", command=command, walltime_s=60, launcher="none"
+    )
+    proc = subprocess.Popen(["bash", str(script)], env={**os.environ, "SLURM_JOB_ID": "77"})
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 4
+    assert done.exists()
+    assert (tmp_path / "usr1-77.term").exists()

@@ -67,3 +67,22 @@ def test_overrides_are_validated() -> None:
     assert base.with_overrides(max_nodes=2).max_nodes == 2
     with pytest.raises(ConfigError, match=r"min_nodes_per_block .* > max_nodes_per_block"):
         base.with_overrides(min_nodes_per_block=8, max_nodes_per_block=2)
+
+
+def test_preemption_mode_needs_a_slurm_partition_or_qos() -> None:
+    with pytest.raises(ConfigError, match=r"preemption: partition needs `partition:`"):
+        SiteProfile().with_overrides(preemption="partition")
+    with pytest.raises(ConfigError, match=r"preemption: qos needs `qos:`"):
+        SiteProfile(partition="p").with_overrides(preemption="qos")
+    with pytest.raises(ConfigError, match=r"is for scheduler: slurm"):
+        SiteProfile(scheduler="pbs", queue="q").with_overrides(preemption="partition")
+    ok = SiteProfile(qos="standby").with_overrides(preemption="qos", preempt_grace_s=60)
+    assert ok.preemption == "qos" and ok.preempt_grace_s == 60
+
+
+def test_the_dead_man_switch_must_end_blocks_within_a_minute() -> None:
+    # The watchdog checks every 5 s and gives the workers 2 s after TERM: 50 s keeps it < 60.
+    with pytest.raises(ConfigError, match="heartbeat_timeout_s"):
+        SiteProfile().with_overrides(heartbeat_timeout_s=55)
+    assert SiteProfile().heartbeat_timeout_s == 30
+    assert SiteProfile().reservations  # read by default: admin intent wins

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from parsl_malleable.harvest.yielding import (
     blocks_in_the_way,
+    blocks_on_unavailable_nodes,
     first_native_use,
+    reservation_in_the_way,
     snapshot_without_blocks,
 )
-from parsl_malleable.windows.snapshot import NodeState
+from parsl_malleable.windows.snapshot import NodeState, Reservation
 
 from .snapshots import NOW, block, machine, native, queued
 
@@ -83,3 +87,45 @@ def test_no_blocks_no_work() -> None:
     # No queued job ever needs the node: the plan's horizon (a week), far past any deadline.
     never = first_native_use(machine([block("b", ("n1",), 9)]), {"b": NOW + 9})["b"]
     assert never >= NOW + 7 * 86400
+
+
+def test_a_block_on_a_drained_or_down_node_must_go_whatever_the_queue() -> None:
+    snap = machine([block("b1", ("n3", "n4"), 480), block("b2", ("n5",), 480)])
+    nodes = [
+        dataclasses.replace(n, state=NodeState.DRAINED) if n.name == "n4" else n for n in snap.nodes
+    ]
+    snap = dataclasses.replace(snap, nodes=nodes)
+    assert blocks_on_unavailable_nodes(snap, {"b1", "b2"}) == {"b1": "n4 drained"}
+    down = dataclasses.replace(
+        snap,
+        nodes=[dataclasses.replace(n, state=NodeState.DOWN) if n.name == "n5" else n
+               for n in snap.nodes],
+    )  # fmt: skip
+    assert set(blocks_on_unavailable_nodes(down, {"b1", "b2"})) == {"b1", "b2"}
+    assert blocks_on_unavailable_nodes(down, {"b2"}) == {"b2": "n5 down"}
+
+
+def test_the_reservation_that_takes_a_block_first_is_named() -> None:
+    late = Reservation("late", ("n3",), NOW + 400, NOW + 900)
+    early = Reservation("maint", ("n3", "n4"), NOW + 200, NOW + 900)
+    other = Reservation("other", ("n1",), NOW + 100, NOW + 900)
+    snap = dataclasses.replace(machine([]), reservations=[late, early, other])
+    assert reservation_in_the_way(snap, ("n3", "n4"), NOW + 480) == early
+    assert reservation_in_the_way(snap, ("n3", "n4"), NOW + 150) is None
+    assert reservation_in_the_way(snap, ("n5",), NOW + 480) is None
+
+
+def test_the_queue_watch_sees_arrivals_and_ends_of_native_jobs_only() -> None:
+    from parsl_malleable.harvest.sites import queue_signature_of, snapshot_signature
+
+    snap = machine(
+        [native("r1", ("n1", "n2"), 540), block("b1", ("n3",), 480)], [queued("q1", 2, 600)]
+    )
+    same = "r1 R native-job\nb1 R pm-block-harvest-0\nq1 PD big\n"
+    assert queue_signature_of(same) == snapshot_signature(snap)
+    arrived = same + "q2 PD another\n"
+    assert queue_signature_of(arrived) != snapshot_signature(snap)
+    ended = "b1 R pm-block-harvest-0\nq1 PD big\n"
+    assert queue_signature_of(ended) != snapshot_signature(snap)
+    started = "r1 R native-job\nq1 R big\n"
+    assert queue_signature_of(started) != snapshot_signature(snap)
