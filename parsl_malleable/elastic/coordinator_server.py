@@ -2,9 +2,10 @@
 
 Request connections get one reply per request (some block until an assignment exists). A
 liveness connection carries pings from the rank and notices to it; its loss or silence marks
-the rank dead. A connection must send its first, token-bearing message within
-``AUTH_TIMEOUT_S`` and at most ``MAX_UNAUTHENTICATED`` may wait for that at once: idle or
-garbage connections cannot hold threads (200 idle ones were once all kept, forever).
+the rank dead. Each connection is first sent a random nonce and must answer with
+:func:`~parsl_malleable.elastic.wire.proof` of the job's token within ``AUTH_TIMEOUT_S``; at
+most ``MAX_UNAUTHENTICATED`` may be at that stage at once, so idle or garbage connections cannot
+hold threads (200 idle ones were once all kept, forever).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import socketserver
 import threading
 from typing import TYPE_CHECKING
 
-from parsl_malleable.elastic.wire import LineReader, send_message
+from parsl_malleable.elastic.wire import LineReader, proof, send_message
 
 if TYPE_CHECKING:
     from parsl_malleable.elastic.coordinator import Coordinator
@@ -45,19 +46,27 @@ class _Handler(socketserver.StreamRequestHandler):
         waiting = True
         sock.settimeout(self.server.auth_timeout_s)
         try:
+            nonce = secrets.token_hex(32)
+            send_message(sock, {"challenge": nonce})
+            answer = reader.read()
+            if answer is None:
+                return
+            expected = proof(coordinator.token, nonce)
+            if answer.get("op") != "auth" or not secrets.compare_digest(
+                str(answer.get("mac", "")), expected
+            ):
+                send_message(sock, {"error": "bad token"})
+                return
+            send_message(sock, {"ok": True})
+            # Ranks may be quiet for long between requests once they are known.
+            sock.settimeout(None)
+            waiting = False
+            with self.server.connections_lock:
+                self.server.unauthenticated -= 1
             while True:
                 message = reader.read()
                 if message is None:
                     return
-                if not secrets.compare_digest(str(message.get("token", "")), coordinator.token):
-                    send_message(sock, {"error": "bad token"})
-                    return
-                if waiting:
-                    # Ranks may be quiet for long between requests once they are known.
-                    sock.settimeout(None)
-                    waiting = False
-                    with self.server.connections_lock:
-                        self.server.unauthenticated -= 1
                 if message.get("op") == "liveness":
                     self._liveness(sock, reader, str(message.get("member")))
                     return

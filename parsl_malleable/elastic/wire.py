@@ -1,12 +1,16 @@
 """JSON-lines messages between ranks and the membership coordinator.
 
-One request, one reply, each a single JSON object on one line. Every connection starts with the
-job's secret token, so a stray client (or another job's rank) cannot change a job's membership.
+One request, one reply, each a single JSON object on one line. Every connection starts with a
+challenge: the coordinator sends a random nonce and the client answers with
+HMAC-SHA256(job token, nonce) (:func:`proof`), so a stray client (or another job's rank) cannot
+change a job's membership, and the token itself never crosses the wire.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import hmac
 import json
 import socket
 import threading
@@ -20,6 +24,23 @@ MAX_LINE = 1 << 20
 
 class CoordinatorUnavailable(MalleableError):
     """The coordinator cannot be reached, or closed the connection (the job has ended)."""
+
+
+def proof(token: str, nonce: str) -> str:
+    """What a client sends for the coordinator's ``nonce``: it shows the token, never sends it."""
+    return hmac.new(token.encode(), nonce.encode(), hashlib.sha256).hexdigest()
+
+
+def _authenticate(sock: socket.socket, reader: LineReader, token: str, where: str) -> None:
+    challenge = reader.read()
+    if challenge is None or not isinstance(challenge.get("challenge"), str):
+        raise CoordinatorUnavailable(f"coordinator {where} sent no challenge")
+    send_message(sock, {"op": "auth", "mac": proof(token, challenge["challenge"])})
+    reply = reader.read()
+    if reply is None:
+        raise CoordinatorUnavailable(f"coordinator {where} closed during authentication")
+    if "error" in reply:
+        raise MalleableError(f"coordinator refused the connection: {reply['error']}")
 
 
 def send_message(sock: socket.socket, message: dict[str, Any]) -> None:
@@ -60,13 +81,17 @@ class CoordinatorClient:
         self._lock = threading.Lock()
         self._sock = _connect(host, port, connect_timeout_s)
         self._reader = LineReader(self._sock)
+        try:
+            _authenticate(self._sock, self._reader, token, f"{host}:{port}")
+        except OSError as exc:
+            raise CoordinatorUnavailable(f"coordinator {host}:{port}: {exc}") from exc
         self.request("hello")
 
     def request(self, op: str, **fields: Any) -> dict[str, Any]:
         """Send ``op`` with ``fields`` and wait (without limit: some ops block) for the reply."""
         with self._lock:
             try:
-                send_message(self._sock, {"op": op, "token": self._token, **fields})
+                send_message(self._sock, {"op": op, **fields})
                 reply = self._reader.read()
             except OSError as exc:
                 raise CoordinatorUnavailable(
@@ -103,7 +128,11 @@ class Heartbeat:
     ) -> None:
         self._sock = _connect(host, port, 10.0)
         self._reader = LineReader(self._sock)
-        send_message(self._sock, {"op": "liveness", "token": token, "member": member_id})
+        try:
+            _authenticate(self._sock, self._reader, token, f"{host}:{port}")
+        except OSError as exc:
+            raise CoordinatorUnavailable(f"coordinator {host}:{port}: {exc}") from exc
+        send_message(self._sock, {"op": "liveness", "member": member_id})
         if self._reader.read() is None:
             raise CoordinatorUnavailable(f"coordinator {host}:{port} refused liveness connection")
         self._interval = interval_s
