@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import secrets
 import socket
 import socketserver
 import threading
 from typing import TYPE_CHECKING
 
-from parsl_malleable.elastic.wire import LineReader, proof, send_message
+from parsl_malleable.elastic.wire import LineReader, challenge, send_message
 
 if TYPE_CHECKING:
     from parsl_malleable.elastic.coordinator import Coordinator
@@ -46,18 +45,8 @@ class _Handler(socketserver.StreamRequestHandler):
         waiting = True
         sock.settimeout(self.server.auth_timeout_s)
         try:
-            nonce = secrets.token_hex(32)
-            send_message(sock, {"challenge": nonce})
-            answer = reader.read()
-            if answer is None:
+            if not challenge(sock, reader, coordinator.token):
                 return
-            expected = proof(coordinator.token, nonce)
-            if answer.get("op") != "auth" or not secrets.compare_digest(
-                str(answer.get("mac", "")), expected
-            ):
-                send_message(sock, {"error": "bad token"})
-                return
-            send_message(sock, {"ok": True})
             # Ranks may be quiet for long between requests once they are known.
             sock.settimeout(None)
             waiting = False
