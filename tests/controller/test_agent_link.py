@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from parsl_malleable.controller.agent import coordinator_token
 from parsl_malleable.controller.agents import AgentLink, AgentServer
 from parsl_malleable.elastic.wire import CoordinatorClient, LineReader, proof, send_message
 from parsl_malleable.errors import MalleableError
@@ -92,3 +93,10 @@ def test_idle_connections_are_dropped_within_the_hello_timeout(served):
     assert received.startswith(b'{"challenge":')
     assert 0.5 < time.monotonic() - began < 5.0  # the 1 s hello timeout
     sock.close()
+
+
+def test_job_tokens_are_derived_so_orders_need_not_carry_them():
+    first, again, other = (coordinator_token(SECRET, j) for j in ("job-a", "job-a", "job-b"))
+    assert first == again and first != other
+    assert SECRET not in first and len(first) == 64
+    assert coordinator_token("another-controller", "job-a") != first
