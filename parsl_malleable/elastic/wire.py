@@ -121,6 +121,11 @@ class CoordinatorClient:
         _authenticate(self._sock, self._reader, token, f"{host}:{port}", connect_timeout_s)
         self.request("hello")
 
+    @property
+    def local_address(self) -> str:
+        """This end's address: the interface of this host that reaches the coordinator."""
+        return str(self._sock.getsockname()[0])
+
     def request(self, op: str, **fields: Any) -> dict[str, Any]:
         """Send ``op`` with ``fields`` and wait (without limit: some ops block) for the reply."""
         with self._lock:
