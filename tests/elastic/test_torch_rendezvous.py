@@ -19,25 +19,7 @@ from parsl_malleable.elastic.coordinator_store import CoordinatorStore
 from parsl_malleable.elastic.torch_backend import TorchRendezvousHost
 from parsl_malleable.elastic.wire import LineReader, send_message
 from parsl_malleable.errors import MalleableError
-
-
-def chosen_address() -> str:
-    """A non-loopback IPv4 address of this host if it has one (so 'bound to the chosen
-    interface' differs from both loopback and every interface), else loopback."""
-    for addresses in psutil.net_if_addrs().values():
-        for address in addresses:
-            if address.family == socket.AF_INET and not address.address.startswith("127."):
-                return address.address
-    return "127.0.0.1"
-
-
-def listening(pid: int) -> set[tuple[str, int]]:
-    """The ``(address, port)`` of every TCP socket ``pid`` listens on."""
-    return {
-        (c.laddr.ip, c.laddr.port)
-        for c in psutil.Process(pid).net_connections("tcp")
-        if c.status == psutil.CONN_LISTEN
-    }
+from tests.elastic.listening import chosen_address, listening
 
 
 @pytest.fixture
