@@ -4,6 +4,7 @@ client (CoordinatorClient, as run_agent uses it) gets through and receives its o
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 import time
@@ -15,6 +16,7 @@ from parsl_malleable.controller.agent import coordinator_token
 from parsl_malleable.controller.agents import AgentLink, AgentServer
 from parsl_malleable.elastic.wire import CoordinatorClient, LineReader, proof, send_message
 from parsl_malleable.errors import MalleableError
+from tests.elastic.listening import chosen_address, listening
 
 SECRET = "controller-secret"
 
@@ -100,3 +102,14 @@ def test_job_tokens_are_derived_so_orders_need_not_carry_them():
     assert first == again and first != other
     assert SECRET not in first and len(first) == 64
     assert coordinator_token("another-controller", "job-a") != first
+
+
+def test_the_link_listens_on_the_chosen_address_only():
+    host = chosen_address()
+    server = AgentServer((host, 0), SECRET, Recorder().hello, print, print)
+    server.start()
+    try:
+        port = server.server_address[1]
+        assert {ip for ip, p in listening(os.getpid()) if p == port} == {host}
+    finally:
+        server.close()
