@@ -30,6 +30,7 @@ class KeyValueTable:
         self._data: dict[str, bytes] = {}
         self._cond = threading.Condition()
         self._closed = False
+        self.waiting = 0  # requests blocked in wait() now (diagnostics, tests)
 
     def set(self, key: str, value: bytes) -> None:
         """Store ``value`` under ``key`` and wake waiting readers."""
@@ -41,12 +42,16 @@ class KeyValueTable:
         """Whether every key exists within ``timeout_s`` (``False`` on timeout or close)."""
         deadline = time.monotonic() + min(max(timeout_s, 0.0), MAX_WAIT_S)
         with self._cond:
-            while not all(k in self._data for k in keys):
-                left = deadline - time.monotonic()
-                if self._closed or left <= 0:
-                    return False
-                self._cond.wait(left)
-            return True
+            self.waiting += 1
+            try:
+                while not all(k in self._data for k in keys):
+                    left = deadline - time.monotonic()
+                    if self._closed or left <= 0:
+                        return False
+                    self._cond.wait(left)
+                return True
+            finally:
+                self.waiting -= 1
 
     def get(self, key: str, timeout_s: float) -> bytes | None:
         """The value of ``key`` once it exists, or ``None`` after ``timeout_s`` (or close)."""

@@ -4,11 +4,13 @@ ranks whose every listening socket is bound to the interface that reaches the co
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import psutil
@@ -47,6 +49,34 @@ def test_the_store_api_over_the_coordinator(coordinator):
         store.get("never")
     assert 0.4 < time.monotonic() - began < 5.0
     store.close()
+
+
+def test_old_epochs_keys_are_dropped_and_waiters_end_with_the_job(coordinator):
+    store = CoordinatorStore(*coordinator.address, coordinator.token, timeout_s=30.0)
+    for epoch in (1, 2, 3):
+        store.set(f"epoch-{epoch}/rank-0", b"address")
+    coordinator._rendezvous.prepare_epoch(4, 2)
+    assert not store.check(["epoch-1/rank-0"]) and not store.check(["epoch-2/rank-0"])
+    assert store.check(["epoch-3/rank-0"])  # the previous epoch may still be forming
+    failed = threading.Event()
+
+    def wait_for_a_key_that_never_comes() -> None:
+        with contextlib.suppress(MalleableError):
+            store.get("epoch-4/rank-1")
+        failed.set()
+
+    threading.Thread(target=wait_for_a_key_that_never_comes, daemon=True).start()
+    table = coordinator._rendezvous.table
+    deadline = time.monotonic() + 10.0
+    while table.waiting == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)  # until the request is blocked in the coordinator
+    assert table.waiting == 1
+    coordinator.close()
+    assert failed.wait(5.0)  # not the store's 30 s timeout
+    deadline = time.monotonic() + 5.0
+    while table.waiting and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert table.waiting == 0  # the coordinator's thread is free too, not held for 30 s
 
 
 def test_no_rendezvous_port_and_no_keys_without_the_token():
