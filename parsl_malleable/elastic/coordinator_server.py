@@ -1,4 +1,4 @@
-"""The coordinator's TCP front end: one thread per connection, JSON lines, token checked.
+"""The coordinator's TCP front end: one thread per connection, JSON lines, challenge first.
 
 Request connections get one reply per request (some block until an assignment exists). A
 liveness connection carries pings from the rank and notices to it; its loss or silence marks
