@@ -141,6 +141,7 @@ class ElasticJob:
             settle_s=options.settle_s,
             reform_timeout_s=options.reform_timeout_s,
             heartbeat_timeout_s=options.heartbeat_timeout_s,
+            token=controller.job_token(name),
         )
         self.future: AppFuture | None = None
         self._done = threading.Event()

@@ -24,9 +24,16 @@ from typing import Any
 
 from parsl_malleable.controller.functions import resolve_function
 from parsl_malleable.elastic.rank import RankOutcome, RankSettings, RankSpec, run_rank
-from parsl_malleable.elastic.wire import CoordinatorClient, CoordinatorUnavailable
+from parsl_malleable.elastic.wire import CoordinatorClient, CoordinatorUnavailable, derive_secret
 
 logger = logging.getLogger(__name__)
+
+
+def coordinator_token(controller_secret: str, job: str) -> str:
+    """The token of ``job``'s coordinator, derived from the controller's secret: the driver
+    and each agent compute it, so no order ever carries it, and it reveals nothing of the
+    controller's secret or of another job's token."""
+    return derive_secret(controller_secret, f"coordinator/{job}")
 
 
 @dataclass(frozen=True)
@@ -124,7 +131,7 @@ def run_agent(spec: AgentSpec, catalogue: dict[str, JobPayload]) -> AgentExit:
             rank_spec = RankSpec(
                 host=str(order["host"]),
                 port=int(order["port"]),
-                token=str(order["token"]),
+                token=coordinator_token(spec.token, job),
                 settings=payload.settings,
                 member_id=str(order["member"]),
                 local_rank=here["local_rank"],
@@ -152,4 +159,12 @@ def run_agent(spec: AgentSpec, catalogue: dict[str, JobPayload]) -> AgentExit:
         client.close()
 
 
-__all__ = ["AgentExit", "AgentSpec", "JobPayload", "bind_device", "run_agent", "where_am_i"]
+__all__ = [
+    "AgentExit",
+    "AgentSpec",
+    "JobPayload",
+    "bind_device",
+    "coordinator_token",
+    "run_agent",
+    "where_am_i",
+]

@@ -2,9 +2,12 @@
 
 An agent's first message (``hello``) says where it runs; the reply is its first order. After
 that each message is a report (``done``: the ranks it ran have ended) and each reply the next
-order. Orders wait in the agent's queue until the controller puts one there. Every message
-carries the controller's token (compared in constant time); a connection that does not say
-``hello`` within ``hello_timeout_s`` is dropped. A closed connection means the agent is gone.
+order. Orders wait in the agent's queue until the controller puts one there. A connection
+first answers the same challenge as the coordinator's
+(:func:`~parsl_malleable.elastic.wire.challenge`: HMAC-SHA256 of a fresh nonce with the
+controller's secret, which never crosses this link); one that has not said ``hello`` within
+``hello_timeout_s`` is dropped, and at most ``MAX_UNAUTHENTICATED`` may be at that stage at once.
+A closed connection means the agent is gone.
 """
 
 from __future__ import annotations
@@ -12,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import queue
-import secrets
 import socket
 import socketserver
 import threading
@@ -20,9 +22,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from parsl_malleable.elastic.wire import LineReader, send_message
+from parsl_malleable.elastic.wire import LineReader, challenge, send_message
 
 logger = logging.getLogger(__name__)
+
+MAX_UNAUTHENTICATED = 32
 
 
 @dataclass
@@ -58,16 +62,27 @@ class _Handler(socketserver.BaseRequestHandler):
         reader = LineReader(sock)
         link: AgentLink | None = None
         with self.server.lock:
+            if self.server.unauthenticated >= MAX_UNAUTHENTICATED:
+                logger.warning("agent link: too many connections without a hello; dropping one")
+                return
+            self.server.unauthenticated += 1
             self.server.sockets.add(sock)
+        waiting = True
         try:
-            message = self._read(reader)
+            if not challenge(sock, reader, self.server.token):
+                logger.warning("agent connection that failed the challenge dropped")
+                return
+            message = reader.read()
             if message is None or message.get("op") != "hello":
                 return
             send_message(sock, {"ok": True})  # the client's own greeting ("hello" op)
-            message = self._read(reader)
+            message = reader.read()
             if message is None or message.get("op") != "hello":
                 return
             sock.settimeout(None)  # ranks run for hours between two reports
+            waiting = False
+            with self.server.lock:
+                self.server.unauthenticated -= 1
             link = self.server.on_hello(message)
             if link is None:
                 send_message(sock, {"action": "exit", "reason": "not wanted"})
@@ -77,7 +92,7 @@ class _Handler(socketserver.BaseRequestHandler):
                 send_message(sock, order)
                 if order.get("action") in ("exit", "refresh"):
                     return
-                report = self._read(reader)
+                report = reader.read()
                 if report is None:
                     return
                 self.server.on_report(link, report)
@@ -86,18 +101,11 @@ class _Handler(socketserver.BaseRequestHandler):
         finally:
             with self.server.lock:
                 self.server.sockets.discard(sock)
+                if waiting:
+                    self.server.unauthenticated -= 1
             if link is not None:
                 link.connected = False
                 self.server.on_gone(link)
-
-    def _read(self, reader: LineReader) -> dict[str, Any] | None:
-        message = reader.read()
-        if message is None:
-            return None
-        if not secrets.compare_digest(str(message.get("token", "")), self.server.token):
-            logger.warning("agent connection with a bad token dropped")
-            return None
-        return message
 
     def _next_order(self, link: AgentLink) -> dict[str, Any]:
         while True:
@@ -113,6 +121,7 @@ class AgentServer(socketserver.ThreadingTCPServer):
 
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = 128  # every worker of a new block connects at once
 
     def __init__(
         self,
@@ -129,6 +138,7 @@ class AgentServer(socketserver.ThreadingTCPServer):
         self.on_gone = on_gone
         self.hello_timeout_s = hello_timeout_s
         self.lock = threading.Lock()
+        self.unauthenticated = 0
         self.sockets: set[socket.socket] = set()
         self.closing = threading.Event()
         super().__init__(address, _Handler)

@@ -31,7 +31,7 @@ from parsl.executors import HighThroughputExecutor
 from parsl.executors.high_throughput.errors import ManagerLost, WorkerLost
 
 from parsl_malleable.controller.address import controller_address, workers_per_node
-from parsl_malleable.controller.agent import AgentExit, AgentSpec, run_agent
+from parsl_malleable.controller.agent import AgentExit, AgentSpec, coordinator_token, run_agent
 from parsl_malleable.controller.agents import AgentLink, AgentServer
 from parsl_malleable.controller.blocks import BlockDiff, BlockSource, ProviderBlocks, block_key
 from parsl_malleable.controller.core import ControllerCore, CoreSettings
@@ -130,6 +130,10 @@ class Controller:
             self._server.server_address[1],
             self.ranks_per_node,
         )
+
+    def job_token(self, name: str) -> str:
+        """The coordinator token of job ``name`` (agents derive the same from their spec)."""
+        return coordinator_token(self._token, name)
 
     def register(self, job: ElasticJob, spec: JobSpec) -> None:
         """Schedule ``job`` (called by ``@malleable_app``)."""
@@ -431,7 +435,6 @@ class Controller:
                     "member": lk.member,
                     "host": host,
                     "port": port,
-                    "token": job.coordinator.token,
                 }
             )
 

@@ -8,8 +8,8 @@ instead of relying on a library's own elastic driver keeps the rendezvous with t
 node or notebook), never on a block that can vanish.
 
 The controller side of a backend is a :class:`RendezvousHost`: it runs in the controller process
-and serves whatever the library needs to form a group (a ``TCPStore`` for torch, Horovod's HTTP
-rendezvous for Horovod).
+and serves whatever the library needs to form a group (for torch a key table the coordinator
+serves on its authenticated port, for Horovod its HTTP rendezvous behind a per-epoch capability).
 """
 
 from __future__ import annotations

@@ -31,6 +31,8 @@ from typing import Any
 
 from parsl_malleable.elastic.backend import RendezvousHost, RendezvousInfo
 from parsl_malleable.elastic.coordinator_server import CoordinatorServer
+from parsl_malleable.elastic.kv_table import KV_OPS
+from parsl_malleable.elastic.kv_table import serve as serve_kv
 from parsl_malleable.elastic.wire import send_message
 from parsl_malleable.errors import ConfigError
 
@@ -297,6 +299,13 @@ class Coordinator:
         op = message.get("op")
         if op == "hello":
             return {"ok": True}
+        if op in KV_OPS:
+            # The rendezvous keys of a backend that keeps them here (torch): any connection
+            # that passed the challenge may use them, as a rank's store connection does.
+            table = getattr(self._rendezvous, "table", None)
+            if table is None:
+                return {"error": f"the {type(self._rendezvous).__name__} keeps no keys here"}
+            return serve_kv(table, message)
         member_id = message.get("member")
         if not isinstance(member_id, str):
             return {"error": f"request {op!r} lacks a member id"}

@@ -1,23 +1,23 @@
-"""The coordinator's TCP front end: one thread per connection, JSON lines, token checked.
+"""The coordinator's TCP front end: one thread per connection, JSON lines, challenge first.
 
 Request connections get one reply per request (some block until an assignment exists). A
 liveness connection carries pings from the rank and notices to it; its loss or silence marks
-the rank dead. A connection must send its first, token-bearing message within
-``AUTH_TIMEOUT_S`` and at most ``MAX_UNAUTHENTICATED`` may wait for that at once: idle or
-garbage connections cannot hold threads (200 idle ones were once all kept, forever).
+the rank dead. Each connection is first sent a random nonce and must answer with
+:func:`~parsl_malleable.elastic.wire.proof` of the job's token within ``AUTH_TIMEOUT_S``; at
+most ``MAX_UNAUTHENTICATED`` may be at that stage at once, so idle or garbage connections cannot
+hold threads (200 idle ones were once all kept, forever).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import secrets
 import socket
 import socketserver
 import threading
 from typing import TYPE_CHECKING
 
-from parsl_malleable.elastic.wire import LineReader, send_message
+from parsl_malleable.elastic.wire import LineReader, challenge, send_message
 
 if TYPE_CHECKING:
     from parsl_malleable.elastic.coordinator import Coordinator
@@ -45,19 +45,17 @@ class _Handler(socketserver.StreamRequestHandler):
         waiting = True
         sock.settimeout(self.server.auth_timeout_s)
         try:
+            if not challenge(sock, reader, coordinator.token):
+                return
+            # Ranks may be quiet for long between requests once they are known.
+            sock.settimeout(None)
+            waiting = False
+            with self.server.connections_lock:
+                self.server.unauthenticated -= 1
             while True:
                 message = reader.read()
                 if message is None:
                     return
-                if not secrets.compare_digest(str(message.get("token", "")), coordinator.token):
-                    send_message(sock, {"error": "bad token"})
-                    return
-                if waiting:
-                    # Ranks may be quiet for long between requests once they are known.
-                    sock.settimeout(None)
-                    waiting = False
-                    with self.server.connections_lock:
-                        self.server.unauthenticated -= 1
                 if message.get("op") == "liveness":
                     self._liveness(sock, reader, str(message.get("member")))
                     return

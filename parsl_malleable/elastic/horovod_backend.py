@@ -22,6 +22,14 @@ Two Horovod behaviours shape this module (measured, see ``docs/horovod.md``):
   survivors waiting forever (Horovod's stall shutdown did not fire in our tests). Every
   collective here is therefore asynchronous with a watchdog deadline of ``timeout_s``.
 
+Each epoch's server answers only requests whose path starts with the epoch's random
+*capability* (``secrets.token_hex(16)``, handed to ranks in the :class:`RendezvousInfo` over the
+coordinator's authenticated connection); anything else gets 403. Horovod's C++ store builds its
+URLs as ``http://<ADDR>:<PORT>/<scope>/<key>``, so ranks set ``HOROVOD_GLOO_RENDEZVOUS_ADDR`` to
+``<host>:<port>/<capability>`` and its requests arrive as ``/<capability>:<port>/<scope>/<key>``.
+The capability is plain HTTP, so someone who reads the network can use it while that epoch's
+server lives (it is worth nothing on the next one, and reveals nothing of the job's token).
+
 Ranks are laid out one per node (the runtime runs one rank per node): each rank is its own
 Horovod "host" (``local_size`` 1), so ranks may also share a machine, as in tests.
 """
@@ -33,6 +41,7 @@ import json
 import logging
 import math
 import os
+import secrets
 import socket
 import struct
 import threading
@@ -108,7 +117,28 @@ def _make_server_class() -> tuple[type, type]:
     class PreBarrierHandler(RendezvousHandler):
         """Horovod's handler, plus ``GET /parsl_malleable/status`` reporting who has arrived."""
 
+        def _admit(self) -> bool:
+            """Strip the epoch's capability off the path; 403 (and ``False``) without it."""
+            first, _, rest = self.path.removeprefix("/").partition("/")
+            offered = first.partition(":")[0]  # Horovod's C++ store appends ":<port>"
+            if rest and secrets.compare_digest(offered, self.server.capability):
+                self.path = f"/{rest}"
+                return True
+            self.send_status_code(403)
+            self.close_connection = True
+            return False
+
+        def do_PUT(self) -> None:
+            if self._admit():
+                super().do_PUT()
+
+        def do_DELETE(self) -> None:
+            if self._admit():
+                super().do_DELETE()
+
         def do_GET(self) -> None:
+            if not self._admit():
+                return
             if self.path == f"/{_SCOPE}/status":
                 arrived = _arrived_ranks(self.server)
                 body = json.dumps(
@@ -147,8 +177,11 @@ def _make_server_class() -> tuple[type, type]:
     class EpochServer(RendezvousHTTPServer):
         daemon_threads = True  # a request stuck on a dead rank must not block close()
 
-        def __init__(self, addr: tuple[str, int], epoch: int, world_size: int) -> None:
+        def __init__(
+            self, addr: tuple[str, int], epoch: int, world_size: int, capability: str
+        ) -> None:
             super().__init__(addr, PreBarrierHandler, 0)
+            self.capability = capability
             self.epoch = epoch
             self.world_size = world_size
             self.superseded = False
@@ -220,7 +253,8 @@ class HorovodRendezvousHost:
                     f"epoch {epoch} is not newer than epochs already prepared "
                     f"({sorted(self._servers)}); epochs must increase"
                 )
-            server = self._server_class((self.bind, 0), epoch, world_size)
+            capability = secrets.token_hex(16)
+            server = self._server_class((self.bind, 0), epoch, world_size, capability)
             # Horovod clears a scope once all its members have finished forming the group, so it
             # must know each scope's size: one host per rank, hence local size 1.
             server.init(
@@ -253,7 +287,12 @@ class HorovodRendezvousHost:
             port = server.server_address[1]
         log.debug("horovod rendezvous for epoch %d (%d ranks) on port %d", epoch, world_size, port)
         return RendezvousInfo(
-            backend="horovod", host=self.host, port=port, epoch=epoch, world_size=world_size
+            backend="horovod",
+            host=self.host,
+            port=port,
+            epoch=epoch,
+            world_size=world_size,
+            extra=(("capability", capability),),
         )
 
     def arrived(self, epoch: int) -> list[int]:
@@ -520,7 +559,7 @@ class HorovodBackend:
         return severed
 
     def _fetch_mesh(self, info: RendezvousInfo) -> frozenset[tuple[str, int]]:
-        url = f"http://{_url_host(info.host)}:{info.port}/{_SCOPE}/mesh"
+        url = f"{_base_url(info)}/{_SCOPE}/mesh"
         try:
             endpoints = json.loads(_http(url, time.monotonic() + self._timeout_s))
         except HorovodRendezvousError as exc:
@@ -530,7 +569,7 @@ class HorovodBackend:
         return frozenset(_endpoint((ip, port)) for ip, port in endpoints)
 
     def _pre_barrier(self, rank: int, info: RendezvousInfo, deadline: float) -> None:
-        base = f"http://{_url_host(info.host)}:{info.port}/{_SCOPE}"
+        base = f"{_base_url(info)}/{_SCOPE}"
         _http(f"{base}/{rank}", deadline, method="PUT", body=str(info.epoch).encode())
         pause = 0.005
         while True:
@@ -561,7 +600,8 @@ class HorovodBackend:
     def _set_env(self, rank: int, info: RendezvousInfo, timeout_s: float) -> None:
         iface = self._iface or _iface_towards(info.host, info.port)
         env = {
-            "HOROVOD_GLOO_RENDEZVOUS_ADDR": info.host,
+            # Horovod appends ":<port>/<scope>/<key>": the capability leads every path.
+            "HOROVOD_GLOO_RENDEZVOUS_ADDR": f"{info.host}:{info.port}/{capability(info)}",
             "HOROVOD_GLOO_RENDEZVOUS_PORT": str(info.port),
             "HOROVOD_CONTROLLER": "gloo",
             "HOROVOD_CPU_OPERATIONS": "gloo",
@@ -617,6 +657,15 @@ def _endpoint(address: tuple) -> tuple[str, int]:
 
 def _url_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
+
+
+def capability(info: RendezvousInfo) -> str:
+    """The path secret of ``info``'s rendezvous server."""
+    return dict(info.extra).get("capability", "")
+
+
+def _base_url(info: RendezvousInfo) -> str:
+    return f"http://{_url_host(info.host)}:{info.port}/{capability(info)}"
 
 
 def _http(url: str, deadline: float, method: str = "GET", body: bytes | None = None) -> bytes:

@@ -120,6 +120,9 @@ class RankContext:
             block=os.environ.get("PARSL_WORKER_BLOCK_ID"),
         )
         self._backend = get_backend(spec.settings.backend)
+        attach = getattr(self._backend, "attach_coordinator", None)
+        if attach is not None:  # a backend whose rendezvous keys the coordinator keeps
+            attach(spec.host, spec.port, spec.token)
         self._heartbeat = Heartbeat(
             spec.host,
             spec.port,

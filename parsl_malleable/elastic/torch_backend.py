@@ -1,9 +1,14 @@
 """torch.distributed implementation of the elastic backend interface.
 
-The controller serves one ``TCPStore``; each membership epoch uses its own ``PrefixStore`` on it,
-so keys of an abandoned epoch (a rank died half-way through forming it) never confuse the next
-one. Ranks use gloo on CPU and nccl when CUDA is available, always with a timeout, so that a peer
-that never arrives or dies mid-collective makes the call raise instead of hanging.
+There is no rendezvous port of its own: the job's coordinator keeps the keys
+(:class:`~parsl_malleable.elastic.kv_table.KeyValueTable`) and ranks reach them through a
+:class:`~parsl_malleable.elastic.coordinator_store.CoordinatorStore`, on a connection that passed
+the coordinator's challenge. Each membership epoch uses its own ``PrefixStore``, so keys of an
+abandoned epoch (a rank died half-way through forming it) never confuse the next one; keys two
+epochs old are dropped. gloo listens on the address this rank reaches the coordinator from,
+never on every interface. Ranks use gloo on CPU and nccl when CUDA is available, always with a
+timeout, so that a peer that never arrives or dies mid-collective makes the call raise instead
+of hanging.
 """
 
 from __future__ import annotations
@@ -17,48 +22,44 @@ import torch
 import torch.distributed as dist
 
 from parsl_malleable.elastic.backend import RendezvousInfo
+from parsl_malleable.elastic.coordinator_store import CoordinatorStore
+from parsl_malleable.elastic.kv_table import KeyValueTable
 from parsl_malleable.elastic.safe_state import decode_state, encode_state
 
 
+def epoch_prefix(epoch: int) -> str:
+    """The key prefix of membership epoch ``epoch``."""
+    return f"epoch-{epoch}/"
+
+
 class TorchRendezvousHost:
-    """A ``TCPStore`` server in the controller process, shared by every epoch of one job."""
+    """The rendezvous keys of one job, served by its coordinator (no port of its own)."""
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(self, host: str = "127.0.0.1") -> None:
         self.host = host
-        self._requested_port = port
-        self._store: dist.TCPStore | None = None
+        self.table = KeyValueTable()
         self._lock = threading.Lock()
-
-    @property
-    def port(self) -> int:
-        """The port the store listens on (valid after :meth:`start`)."""
-        if self._store is None:
-            raise RuntimeError("TorchRendezvousHost.start() has not been called")
-        return self._store.port
+        self._dropped = 0  # epochs below this have had their keys removed
 
     def start(self) -> None:
-        """Start the store server (idempotent)."""
-        with self._lock:
-            if self._store is None:
-                self._store = dist.TCPStore(
-                    self.host,
-                    self._requested_port,
-                    is_master=True,
-                    wait_for_workers=False,
-                    timeout=datetime.timedelta(seconds=60),
-                )
+        """Nothing to start: the coordinator serves :attr:`table`."""
 
     def prepare_epoch(self, epoch: int, world_size: int) -> RendezvousInfo:
-        """Nothing to reset: the epoch number namespaces the keys ranks write."""
-        self.start()
+        """Drop the keys of epochs before ``epoch - 1``; the epoch number namespaces the rest.
+
+        ``port`` is 0: ranks reach the keys through the coordinator they already talk to.
+        """
+        with self._lock:
+            for old in range(self._dropped, epoch - 1):
+                self.table.delete_prefix(epoch_prefix(old))
+            self._dropped = max(self._dropped, epoch - 1)
         return RendezvousInfo(
-            backend="torch", host=self.host, port=self.port, epoch=epoch, world_size=world_size
+            backend="torch", host=self.host, port=0, epoch=epoch, world_size=world_size
         )
 
     def close(self) -> None:
-        """Drop the store; the server thread ends with the last reference."""
-        with self._lock:
-            self._store = None
+        """Wake ranks still waiting for a key: the job is over."""
+        self.table.close()
 
 
 class TorchBackend:
@@ -67,6 +68,7 @@ class TorchBackend:
     The group is built directly (``ProcessGroupGloo`` / ``ProcessGroupNCCL``) rather than through
     ``init_process_group``: the default group keeps a process-wide name counter that a failed
     initialisation leaves out of step with the other ranks, after which no later epoch can form.
+    :meth:`attach_coordinator` must come first: the store is the coordinator.
     """
 
     name = "torch"
@@ -74,6 +76,8 @@ class TorchBackend:
     def __init__(self, device_backend: str | None = None) -> None:
         self._device_backend = device_backend or ("nccl" if torch.cuda.is_available() else "gloo")
         self._group: Any = None
+        self._store: CoordinatorStore | None = None
+        self._coordinator: tuple[str, int, str] | None = None
         self._rank = 0
         self._world_size = 1
         self._timeout = datetime.timedelta(seconds=60)
@@ -83,19 +87,32 @@ class TorchBackend:
         """Where tensors handed to collectives must live."""
         return torch.device("cuda") if self._device_backend == "nccl" else torch.device("cpu")
 
+    def attach_coordinator(self, host: str, port: int, token: str) -> None:
+        """Where the job's coordinator (and so the rendezvous keys) is, and its token."""
+        self._coordinator = (host, port, token)
+
     def init(self, rank: int, info: RendezvousInfo, timeout_s: float) -> None:
         """Form the group of ``info.epoch``; raises within ``timeout_s`` if a peer is missing."""
         self.shutdown()
+        if self._coordinator is None:
+            raise RuntimeError("TorchBackend.attach_coordinator() has not been called")
         self._timeout = datetime.timedelta(seconds=timeout_s)
-        store = dist.TCPStore(info.host, info.port, is_master=False, timeout=self._timeout)
-        prefixed = dist.PrefixStore(f"epoch-{info.epoch}/", store)
+        self._store = CoordinatorStore(*self._coordinator, timeout_s=timeout_s)
+        prefixed = dist.PrefixStore(epoch_prefix(info.epoch), self._store)
         if self._device_backend == "nccl":
             options = dist.ProcessGroupNCCL.Options()
             options._timeout = self._timeout
             torch.cuda.set_device(rank % torch.cuda.device_count())
             group = dist.ProcessGroupNCCL(prefixed, rank, info.world_size, options)
         else:
-            group = dist.ProcessGroupGloo(prefixed, rank, info.world_size, self._timeout)
+            gloo = dist.ProcessGroupGloo._Options()
+            gloo._timeout = self._timeout
+            # Listen (and connect) on the interface that reaches the coordinator, not on
+            # whatever the host name resolves to.
+            gloo._devices = [
+                dist.ProcessGroupGloo.create_device(hostname=self._store.local_address)
+            ]
+            group = dist.ProcessGroupGloo(prefixed, rank, info.world_size, gloo)
         self._group = group
         self._rank = rank
         self._world_size = info.world_size
@@ -106,6 +123,9 @@ class TorchBackend:
         if group is not None:
             with contextlib.suppress(RuntimeError):
                 group.shutdown()
+        store, self._store = self._store, None
+        if store is not None:
+            store.close()
 
     def _require_group(self) -> Any:
         if self._group is None:

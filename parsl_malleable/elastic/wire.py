@@ -1,13 +1,18 @@
 """JSON-lines messages between ranks and the membership coordinator.
 
-One request, one reply, each a single JSON object on one line. Every connection starts with the
-job's secret token, so a stray client (or another job's rank) cannot change a job's membership.
+One request, one reply, each a single JSON object on one line. Every connection starts with a
+challenge: the coordinator sends a random nonce and the client answers with
+HMAC-SHA256(job token, nonce) (:func:`proof`), so a stray client (or another job's rank) cannot
+change a job's membership, and the token itself never crosses the wire.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import hmac
 import json
+import secrets
 import socket
 import threading
 from collections.abc import Callable
@@ -20,6 +25,60 @@ MAX_LINE = 1 << 20
 
 class CoordinatorUnavailable(MalleableError):
     """The coordinator cannot be reached, or closed the connection (the job has ended)."""
+
+
+def proof(token: str, nonce: str) -> str:
+    """What a client sends for the server's ``nonce``: it shows the token, never sends it."""
+    return hmac.new(token.encode(), nonce.encode(), hashlib.sha256).hexdigest()
+
+
+def derive_secret(secret: str, purpose: str) -> str:
+    """A secret for ``purpose`` made from ``secret`` (HMAC-SHA256): whoever holds ``secret`` can
+    compute it, so it never has to be sent; knowing it reveals nothing about ``secret``."""
+    return hmac.new(secret.encode(), purpose.encode(), hashlib.sha256).hexdigest()
+
+
+def challenge(sock: socket.socket, reader: LineReader, token: str) -> bool:
+    """Server side of the handshake: send a fresh nonce, check the answer is
+    :func:`proof` of ``token``. ``False`` (after telling the peer, where it answered) means the
+    caller must close the connection. The socket's timeout bounds the wait."""
+    nonce = secrets.token_hex(32)
+    send_message(sock, {"challenge": nonce})
+    answer = reader.read()
+    if answer is None:
+        return False
+    if answer.get("op") != "auth" or not hmac.compare_digest(
+        str(answer.get("mac", "")), proof(token, nonce)
+    ):
+        send_message(sock, {"error": "bad token"})
+        return False
+    send_message(sock, {"ok": True})
+    return True
+
+
+def _authenticate(
+    sock: socket.socket, reader: LineReader, token: str, where: str, timeout_s: float
+) -> None:
+    """Client side of the handshake; a server that sends no challenge within ``timeout_s``
+    (one that speaks another protocol) raises instead of leaving the client waiting forever."""
+    sock.settimeout(timeout_s)
+    try:
+        offer = reader.read()
+        if offer is None or not isinstance(offer.get("challenge"), str):
+            raise CoordinatorUnavailable(f"coordinator {where} sent no challenge")
+        send_message(sock, {"op": "auth", "mac": proof(token, offer["challenge"])})
+        reply = reader.read()
+        if reply is None:
+            raise CoordinatorUnavailable(f"coordinator {where} closed during authentication")
+        if "error" in reply:
+            raise MalleableError(f"coordinator refused the connection: {reply['error']}")
+    except (OSError, ValueError) as exc:
+        sock.close()
+        raise CoordinatorUnavailable(f"coordinator {where}: authentication failed: {exc}") from exc
+    except MalleableError:
+        sock.close()
+        raise
+    sock.settimeout(None)
 
 
 def send_message(sock: socket.socket, message: dict[str, Any]) -> None:
@@ -56,17 +115,22 @@ class CoordinatorClient:
     def __init__(self, host: str, port: int, token: str, connect_timeout_s: float = 10.0) -> None:
         self.host = host
         self.port = port
-        self._token = token
         self._lock = threading.Lock()
         self._sock = _connect(host, port, connect_timeout_s)
         self._reader = LineReader(self._sock)
+        _authenticate(self._sock, self._reader, token, f"{host}:{port}", connect_timeout_s)
         self.request("hello")
+
+    @property
+    def local_address(self) -> str:
+        """This end's address: the interface of this host that reaches the coordinator."""
+        return str(self._sock.getsockname()[0])
 
     def request(self, op: str, **fields: Any) -> dict[str, Any]:
         """Send ``op`` with ``fields`` and wait (without limit: some ops block) for the reply."""
         with self._lock:
             try:
-                send_message(self._sock, {"op": op, "token": self._token, **fields})
+                send_message(self._sock, {"op": op, **fields})
                 reply = self._reader.read()
             except OSError as exc:
                 raise CoordinatorUnavailable(
@@ -103,7 +167,8 @@ class Heartbeat:
     ) -> None:
         self._sock = _connect(host, port, 10.0)
         self._reader = LineReader(self._sock)
-        send_message(self._sock, {"op": "liveness", "token": token, "member": member_id})
+        _authenticate(self._sock, self._reader, token, f"{host}:{port}", 10.0)
+        send_message(self._sock, {"op": "liveness", "member": member_id})
         if self._reader.read() is None:
             raise CoordinatorUnavailable(f"coordinator {host}:{port} refused liveness connection")
         self._interval = interval_s

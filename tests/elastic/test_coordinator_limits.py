@@ -1,4 +1,5 @@
-"""The coordinator's port: connections that never authenticate are dropped, and capped."""
+"""The coordinator's port: a challenge, never the token, on the wire; connections that never
+authenticate are dropped, and capped."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 from parsl_malleable.elastic import coordinator_server
 from parsl_malleable.elastic.coordinator import Coordinator
 from parsl_malleable.elastic.torch_backend import TorchRendezvousHost
-from parsl_malleable.elastic.wire import CoordinatorClient
+from parsl_malleable.elastic.wire import CoordinatorClient, LineReader, proof, send_message
 
 
 @pytest.fixture
@@ -24,14 +25,17 @@ def coordinator(monkeypatch):
 
 
 def _closed_by_server(sock: socket.socket) -> float:
-    """Seconds until the server closes ``sock`` (the test gives up after 30)."""
+    """Seconds until the server closes ``sock`` (its challenge and refusal are read and
+    dropped; the test gives up after 30)."""
     sock.settimeout(30.0)
     began = time.monotonic()
+    received = b""
     try:
-        data = sock.recv(4096)
+        while chunk := sock.recv(4096):
+            received += chunk
     except ConnectionResetError:
-        data = b""
-    assert data in (b"", b'{"error": "bad token"}\n'), data
+        pass
+    assert received.startswith(b'{"challenge":') or not received, received[:100]
     return time.monotonic() - began
 
 
@@ -65,7 +69,7 @@ def test_connections_waiting_to_authenticate_are_capped(monkeypatch):
         deadline = time.monotonic() + 4.0
         while time.monotonic() < deadline and len(closed) < 8:
             ready, _, _ = select.select([s for s in crowd if s.fileno() not in closed], [], [], 0.1)
-            closed.update(s.fileno() for s in ready if s.recv(1) == b"")
+            closed.update(s.fileno() for s in ready if s.recv(4096) == b"")
         assert len(closed) == 8
         for sock in crowd:
             sock.close()
@@ -74,3 +78,22 @@ def test_connections_waiting_to_authenticate_are_capped(monkeypatch):
         client.close()
     finally:
         coordinator.close()
+
+
+def test_the_token_never_crosses_the_wire_and_a_wrong_proof_is_refused(coordinator):
+    host, port = coordinator.address
+    sock = socket.create_connection((host, port))
+    reader = LineReader(sock)
+    nonce = reader.read()["challenge"]
+    assert len(nonce) == 64 and coordinator.token not in nonce
+    send_message(sock, {"op": "auth", "mac": proof("not-the-token", nonce)})
+    assert reader.read() == {"error": "bad token"}
+    assert reader.read() is None  # and the connection is closed
+    sock.close()
+    # Every connection gets a new nonce, so a recorded proof is worth nothing.
+    first = socket.create_connection((host, port))
+    second = socket.create_connection((host, port))
+    nonces = {LineReader(s).read()["challenge"] for s in (first, second)}
+    assert len(nonces) == 2
+    first.close()
+    second.close()

@@ -11,7 +11,9 @@ import multiprocessing as mp
 import os
 import queue
 import signal
+import socket
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from typing import Any
@@ -24,6 +26,8 @@ try:
     HOROVOD_MISSING: str | None = None
 except ImportError as exc:
     HOROVOD_MISSING = str(exc)
+
+from tests.elastic.listening import chosen_address, listening
 
 pytestmark = pytest.mark.horovod
 
@@ -460,7 +464,8 @@ def test_rendezvous_host_rejects_bad_epochs() -> None:
         info = rendezvous.prepare_epoch(3, 2)
         assert (info.backend, info.epoch, info.world_size) == ("horovod", 3, 2)
         # Keys that are not a rank of the epoch do not count as arrivals.
-        base = f"http://{info.host}:{info.port}/parsl_malleable"
+        capability = dict(info.extra)["capability"]
+        base = f"http://{info.host}:{info.port}/{capability}/parsl_malleable"
         for key in ("junk", "7", "1"):
             request = urllib.request.Request(f"{base}/{key}", data=b"3", method="PUT")
             urllib.request.urlopen(request, timeout=10).close()
@@ -472,3 +477,73 @@ def test_rendezvous_host_rejects_bad_epochs() -> None:
             rendezvous.prepare_epoch(3, 2)
         with pytest.raises(ValueError, match="world_size"):
             rendezvous.prepare_epoch(4, 0)
+
+
+def _status(url: str, method: str = "GET", body: bytes | None = None) -> int:
+    request = urllib.request.Request(url, data=body, method=method)
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def test_rendezvous_answers_only_with_the_epochs_capability() -> None:
+    _require_horovod()
+    import psutil
+
+    from parsl_malleable.elastic.horovod_backend import HorovodRendezvousHost
+
+    host = chosen_address()
+    with HorovodRendezvousHost(host) as rendezvous:
+        first = rendezvous.prepare_epoch(1, 2)
+        second = rendezvous.prepare_epoch(2, 2)
+        capability = dict(second.extra)["capability"]
+        assert len(capability) == 32 and capability != dict(first.extra)["capability"]
+        root = f"http://{host}:{second.port}"
+        wrong = dict(first.extra)["capability"]  # another epoch's is no better than none
+        for prefix in ("", "/guess", f"/{wrong}"):
+            assert _status(f"{root}{prefix}/parsl_malleable/status") == 403
+            assert _status(f"{root}{prefix}/global/0", "PUT", b"x") == 403
+            assert _status(f"{root}{prefix}/parsl_malleable/0", "PUT", b"2") == 403
+            assert _status(f"{root}{prefix}/global/0", "DELETE") == 403
+        assert rendezvous.arrived(2) == []
+        assert _status(f"{root}/{capability}/parsl_malleable/0", "PUT", b"2") == 200
+        assert rendezvous.arrived(2) == [0]
+        # Every server listens on the chosen address only.
+        mine = {port: ip for ip, port in listening(psutil.Process().pid)}
+        assert mine[first.port] == host and mine[second.port] == host
+
+
+def test_ranks_listen_only_on_the_interface_towards_the_controller(pool: Pool) -> None:
+    _require_horovod()
+    import psutil
+
+    from parsl_malleable.elastic.horovod_backend import HorovodRendezvousHost
+
+    host = chosen_address()
+    a, b = pool.get(2)
+    with HorovodRendezvousHost(host) as rendezvous:
+        try:
+            _form(rendezvous, 0, [a, b])
+            for result in _allreduce([a, b], [1.0, 3.0]):
+                assert result == _expected(2.0)
+            # gloo closes its pair listeners once the mesh is formed; the addresses it bound
+            # them to are what it published in the store (the server keeps them), and its
+            # connections still show the local address in use. Horovod 0.28.1 builds the
+            # contexts of its global process set on a device of its own that ignores
+            # HOROVOD_GLOO_IFACE: those bind the address the host name resolves to
+            # (docs/elastic.md says so); nothing binds any other address.
+            by_name = socket.gethostbyname(socket.gethostname())
+            published = {ip for ip, _ in rendezvous._servers[0].mesh}
+            assert host in published and published <= {host, by_name}, published
+            for member in (a, b):
+                assert not {ip for ip, _ in listening(member.pid)} - {host, by_name}
+                local = {
+                    c.laddr.ip
+                    for c in psutil.Process(member.pid).net_connections("tcp")
+                    if c.status == psutil.CONN_ESTABLISHED
+                }
+                assert host in local and local <= {host, by_name}, local
+        finally:
+            pool.reset()

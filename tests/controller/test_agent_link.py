@@ -1,0 +1,115 @@
+"""The controller's agent link: the same challenge as the coordinator, never the secret on the
+wire; a wrong secret never reaches the controller; idle connections are dropped; the agent
+client (CoordinatorClient, as run_agent uses it) gets through and receives its order."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from parsl_malleable.controller.agent import coordinator_token
+from parsl_malleable.controller.agents import AgentLink, AgentServer
+from parsl_malleable.elastic.wire import CoordinatorClient, LineReader, proof, send_message
+from parsl_malleable.errors import MalleableError
+from tests.elastic.listening import chosen_address, listening
+
+SECRET = "controller-secret"
+
+
+class Recorder:
+    """The controller's callbacks: hellos seen, and a link that has one order queued."""
+
+    def __init__(self) -> None:
+        self.hellos: list[dict[str, Any]] = []
+        self.said_hello = threading.Event()
+
+    def hello(self, message: dict[str, Any]) -> AgentLink:
+        self.hellos.append(message)
+        self.said_hello.set()
+        link = AgentLink("a", "n", "node", "b", "0", 0, 1, frozenset({"job"}))
+        link.orders.put({"action": "exit", "reason": "test"})
+        return link
+
+
+@pytest.fixture
+def served():
+    recorder = Recorder()
+    server = AgentServer(
+        ("127.0.0.1", 0),
+        SECRET,
+        recorder.hello,
+        lambda link, report: None,
+        lambda link: None,
+        hello_timeout_s=1.0,
+    )
+    server.start()
+    yield server, recorder
+    server.close()
+
+
+def test_an_agent_with_the_secret_gets_its_order(served):
+    server, recorder = served
+    client = CoordinatorClient(*server.server_address, SECRET)
+    order = client.request("hello", agent="a", jobs=["job"], node="n")
+    assert order == {"action": "exit", "reason": "test"}
+    assert recorder.hellos[0]["node"] == "n" and "token" not in recorder.hellos[0]
+    client.close()
+
+
+def test_a_wrong_secret_is_refused_and_never_reaches_the_controller(served):
+    server, recorder = served
+    with pytest.raises(MalleableError, match="bad token"):
+        CoordinatorClient(*server.server_address, "not-the-secret")
+    # By hand: the secret is never asked for, only an HMAC of a fresh nonce.
+    sock = socket.create_connection(server.server_address)
+    reader = LineReader(sock)
+    nonce = reader.read()["challenge"]
+    assert len(nonce) == 64 and SECRET not in nonce
+    send_message(sock, {"op": "auth", "mac": proof("guess", nonce)})
+    assert reader.read() == {"error": "bad token"}
+    assert reader.read() is None
+    sock.close()
+    # The old protocol (the secret in clear, in the hello) is refused too.
+    sock = socket.create_connection(server.server_address)
+    reader = LineReader(sock)
+    reader.read()
+    send_message(sock, {"op": "hello", "token": SECRET})
+    assert reader.read() == {"error": "bad token"}
+    sock.close()
+    assert not recorder.said_hello.is_set()
+
+
+def test_idle_connections_are_dropped_within_the_hello_timeout(served):
+    server, _ = served
+    sock = socket.create_connection(server.server_address)
+    sock.settimeout(10.0)
+    began = time.monotonic()
+    received = b""
+    while chunk := sock.recv(4096):
+        received += chunk
+    assert received.startswith(b'{"challenge":')
+    assert 0.5 < time.monotonic() - began < 5.0  # the 1 s hello timeout
+    sock.close()
+
+
+def test_job_tokens_are_derived_so_orders_need_not_carry_them():
+    first, again, other = (coordinator_token(SECRET, j) for j in ("job-a", "job-a", "job-b"))
+    assert first == again and first != other
+    assert SECRET not in first and len(first) == 64
+    assert coordinator_token("another-controller", "job-a") != first
+
+
+def test_the_link_listens_on_the_chosen_address_only():
+    host = chosen_address()
+    server = AgentServer((host, 0), SECRET, Recorder().hello, print, print)
+    server.start()
+    try:
+        port = server.server_address[1]
+        assert {ip for ip, p in listening(os.getpid()) if p == port} == {host}
+    finally:
+        server.close()
