@@ -83,6 +83,12 @@ class TorchBackend:
         """Where tensors handed to collectives must live."""
         return torch.device("cuda") if self._device_backend == "nccl" else torch.device("cpu")
 
+    @property
+    def group(self) -> Any:
+        """The current epoch's gloo or nccl group (None between epochs); ``ctx.wrap`` builds
+        DDP on it."""
+        return self._group
+
     def init(self, rank: int, info: RendezvousInfo, timeout_s: float) -> None:
         """Form the group of ``info.epoch``; raises within ``timeout_s`` if a peer is missing."""
         self.shutdown()
