@@ -1,5 +1,6 @@
 """One rank process of tests/elastic/test_ddp_resize.py: digits trained with ``ctx.wrap`` (DDP)
-and a ``DataLoader`` (one worker process) over an ``ElasticDistributedSampler``.
+and a ``DataLoader`` (one worker process) over an ``ElasticDistributedSampler``, optionally in
+fp16 with a GradScaler and with gradient accumulation (``apps.digits.train_ddp``'s loop).
 
 Run as ``python ddp_rank.py HOST PORT TOKEN MEMBER SETTINGS_JSON ARGS_JSON``; prints
 ``outcome <json>`` on its last line. Besides training, every step adds the indices this rank's
@@ -10,6 +11,7 @@ says how often each sample was trained in each epoch across every resize and rol
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -21,6 +23,7 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset
 
 from apps.digits import accuracy, load_data, make_model, make_optimizer
+from apps.precision import Precision
 from parsl_malleable.elastic.rank import RankContext, RankSettings, RankSpec, run_rank
 from parsl_malleable.elastic.sampler import ElasticDistributedSampler
 
@@ -46,6 +49,8 @@ def train(
     seed: int = 0,
     pace_file: str = "",
     step_delay_s: float = 0.0,
+    precision: str = "fp32",
+    accumulate: int = 1,
 ) -> dict[str, Any]:
     x_tr, y_tr, x_te, y_te = load_data()
     n = len(x_tr)
@@ -54,14 +59,22 @@ def train(
     sampler = ElasticDistributedSampler(n, batch_size, seed=seed)
     loader = DataLoader(Indexed(x_tr, y_tr), batch_sampler=sampler, num_workers=1)
     ddp = ctx.wrap(model)
-    state = ctx.state(model, optimizer, scheduler, sampler=sampler, seen=torch.zeros(epochs, n))
+    amp = Precision(precision)
+    seen = torch.zeros(epochs, n)
+    state = ctx.state(model, optimizer, scheduler, sampler=sampler, scaler=amp.scaler, seen=seen)
 
     def loop(state: Any) -> dict[str, Any]:
+        micro = 0
         while sampler.epoch < epochs:
             for x, y, index in loader:
-                optimizer.zero_grad()
-                F.cross_entropy(ddp(x), y).backward()
-                optimizer.step()
+                if micro == 0:
+                    optimizer.zero_grad()
+                micro += 1
+                last = micro == accumulate
+                with contextlib.nullcontext() if last else ddp.no_sync():
+                    with amp.autocast():
+                        loss = F.cross_entropy(ddp(x), y) / accumulate
+                    amp.backward(loss)
                 counts = torch.zeros(n, dtype=torch.float64)
                 counts[index[: sampler.local_count()]] += 1
                 ctx.allreduce_mean_([counts])
@@ -70,11 +83,17 @@ def train(
                 sampler.advance()
                 if sampler.epoch != epoch:
                     scheduler.step()
+                if not last:
+                    continue
+                amp.step(optimizer)
+                micro = 0
                 if pace_file and os.path.exists(pace_file):
                     time.sleep(step_delay_s)
                 state.commit()
         seen = state.seen
+        scaler = amp.scaler.state_dict() if amp.scaler is not None else None
         return {
+            "scaler": scaler,
             "test_accuracy": accuracy(model, x_te, y_te),
             "steps": state.step,
             "seen_min": seen.min(dim=1).values.tolist(),

@@ -85,7 +85,7 @@ def test_ddp_dataloader_through_2_4_1_3_with_a_kill(tmp_path: Path) -> None:
     coordinator = _coordinator(4)
     pace = tmp_path / "pace"
     pace.touch()
-    ranks = Ranks(coordinator, {**ARGS, "pace_file": str(pace), "step_delay_s": 0.05})
+    ranks = Ranks(coordinator, {**ARGS, "pace_file": str(pace), "step_delay_s": 0.08})
     job = SimpleNamespace(coordinator=coordinator)
     try:
         (ref_name,) = reference.start(1)
@@ -133,3 +133,46 @@ def sc_subsequence(wanted: list[int], seen: list[int]) -> bool:
     """Whether ``wanted`` occurs in ``seen`` in order (other sizes may come between)."""
     it = iter(seen)
     return all(any(s == w for s in it) for w in wanted)
+
+
+@pytest.mark.slow
+def test_fp16_scaler_and_accumulation_survive_a_grow_and_a_kill(tmp_path: Path) -> None:
+    """fp16 autocast with a GradScaler, two micro-batches per step, 2 -> 3 -> 2 (SIGKILL).
+
+    The scaler's growth tracker counts the optimizer steps since its scale last changed; it is
+    committed with the rest, so after the rollback at the kill (the lost step is redone) and on
+    the newcomer it still equals the number of committed steps on every rank of the last group.
+    """
+    epochs = 6
+    coordinator = _coordinator(3)
+    pace = tmp_path / "pace"
+    pace.touch()
+    args = {**ARGS, "epochs": epochs, "batch_size": 16, "precision": "fp16", "accumulate": 2}
+    # 21 steps an epoch at 2 ranks: paced, the 6 epochs would last 30 s, more than the drive.
+    ranks = Ranks(coordinator, {**args, "pace_file": str(pace), "step_delay_s": 0.25})
+    job = SimpleNamespace(coordinator=coordinator)
+    try:
+        ranks.start(2)
+        sc.wait_size(job, 2, progress=3)
+        ranks.start(1)
+        sc.wait_size(job, 3, progress=3)
+        members = coordinator.current_members()
+        os.kill(members[1].pid, signal.SIGKILL)
+        sc.wait_size(job, 2, progress=3)
+        pace.unlink()
+        final = [m.member_id for m in coordinator.current_members()]
+        outcomes = [ranks.outcome(name) for name in final]
+    finally:
+        ranks.close()
+        coordinator.close()
+
+    assert any(e["event"] == "rollback" or e["event"] == "lost" for e in coordinator.events())
+    assert [o["status"] for o in outcomes] == ["finished", "finished"], outcomes
+    values = [o["value"] for o in outcomes]
+    steps = values[0]["steps"]
+    for value in values:
+        assert value["seen_min"] == value["seen_max"] == [1.0] * epochs, value
+        assert value["steps"] == steps
+        assert value["scaler"]["_growth_tracker"] == steps, (value["scaler"], steps)
+        assert value["scaler"]["scale"] == 2.0**10
+    assert values[0]["test_accuracy"] >= 0.85, values[0]
