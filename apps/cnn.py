@@ -64,18 +64,19 @@ def train_elastic(
     :func:`parsl_malleable.apps.digits.train_ddp`; ``lr`` is one rank's (scaled with the world).
     """
     x_tr, y_tr, x_te, y_te = load_images()
-    model = make_model(channels, seed)
+    model = make_model(channels, seed).to(ctx.device)  # + the rank's device
     optimizer, scheduler = make_optimizer(model, lr, epochs)
     sampler = ElasticDistributedSampler(len(x_tr), batch_size, seed=seed)  # + DistributedSampler
     loader = DataLoader(TensorDataset(x_tr, y_tr), batch_sampler=sampler, num_workers=num_workers)
     ddp = ctx.wrap(model)  # + DistributedDataParallel(model)
-    amp = Precision(precision)
+    amp = Precision(precision, torch.device(ctx.device).type)
     state = ctx.state(model, optimizer, scheduler, sampler=sampler, scaler=amp.scaler)  # +
 
     def loop(state: ElasticState) -> dict[str, Any]:  # +
         micro = 0
         while sampler.epoch < epochs:
             for x, y in loader:
+                x, y = x.to(ctx.device), y.to(ctx.device)
                 if micro == 0:
                     optimizer.zero_grad()
                 micro += 1
@@ -96,7 +97,7 @@ def train_elastic(
                     state.commit()  # +
         model.eval()
         return {
-            "test_accuracy": accuracy(model, x_te, y_te),
+            "test_accuracy": accuracy(model, x_te.to(ctx.device), y_te.to(ctx.device)),
             "steps": state.step,
             "world_size": ctx.world_size,
         }

@@ -146,18 +146,19 @@ def train_ddp(
     on all but the last); ``num_workers``: DataLoader worker processes.
     """
     x_tr, y_tr, x_te, y_te = load_data()
-    model = make_model(tuple(hidden), seed)
+    model = make_model(tuple(hidden), seed).to(ctx.device)  # + the rank's device
     optimizer, scheduler = make_optimizer(model, lr, epochs)
     sampler = ElasticDistributedSampler(len(x_tr), batch_size, seed=seed)  # + DistributedSampler
     loader = DataLoader(TensorDataset(x_tr, y_tr), batch_sampler=sampler, num_workers=num_workers)
     ddp = ctx.wrap(model)  # + DistributedDataParallel(model)
-    amp = Precision(precision)
+    amp = Precision(precision, torch.device(ctx.device).type)
     state = ctx.state(model, optimizer, scheduler, sampler=sampler, scaler=amp.scaler)  # +
 
     def loop(state: ElasticState) -> dict[str, Any]:  # + the loop resumes from the state
         micro = 0
         while sampler.epoch < epochs:
             for x, y in loader:
+                x, y = x.to(ctx.device), y.to(ctx.device)
                 if micro == 0:
                     optimizer.zero_grad()
                 micro += 1
@@ -176,9 +177,10 @@ def train_ddp(
                     if step_delay_s:
                         time.sleep(step_delay_s)
                     state.commit()  # +
+        x_te_, y_te_ = x_te.to(ctx.device), y_te.to(ctx.device)
         return {
-            "test_accuracy": accuracy(model, x_te, y_te),
-            "test_loss": float(F.cross_entropy(model(x_te), y_te).detach()),
+            "test_accuracy": accuracy(model, x_te_, y_te_),
+            "test_loss": float(F.cross_entropy(model(x_te_), y_te_).detach()),
             "steps": state.step,
             "world_size": ctx.world_size,
         }

@@ -121,7 +121,7 @@ def train_elastic(
     ``precision``, ``accumulate``, ``num_workers`` as in ``digits.train_ddp``.
     """
     train, valid, vocab = load_text(chars, seed)
-    model = make_model(len(vocab), width, layers, seed)
+    model = make_model(len(vocab), width, layers, seed).to(ctx.device)  # +
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda epoch: 0.5 * (1.0 + math.cos(math.pi * epoch / epochs))
@@ -129,13 +129,14 @@ def train_elastic(
     sampler = ElasticDistributedSampler(len(train), batch_size, seed=seed)  # + DistributedSampler
     loader = DataLoader(TensorDataset(train), batch_sampler=sampler, num_workers=num_workers)
     ddp = ctx.wrap(model)  # + DistributedDataParallel(model)
-    amp = Precision(precision)
+    amp = Precision(precision, torch.device(ctx.device).type)
     state = ctx.state(model, optimizer, scheduler, sampler=sampler, scaler=amp.scaler)  # +
 
     def loop(state: ElasticState) -> dict[str, Any]:  # +
         micro = 0
         while sampler.epoch < epochs:
             for (windows,) in loader:
+                windows = windows.to(ctx.device)
                 if micro == 0:
                     optimizer.zero_grad()
                 micro += 1
@@ -155,7 +156,7 @@ def train_elastic(
                         time.sleep(step_delay_s)
                     state.commit()  # +
         with torch.no_grad():
-            valid_loss = float(lm_loss(model, valid))
+            valid_loss = float(lm_loss(model, valid.to(ctx.device)))
         return {
             "valid_loss": valid_loss,
             "bits_per_char": valid_loss / math.log(2),

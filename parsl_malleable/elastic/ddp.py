@@ -116,7 +116,13 @@ class ElasticDDP(nn.Module):
         self.release()
         options = dict(self._ddp_options)
         if device.type == "cuda":
-            options.setdefault("device_ids", [device.index or torch.cuda.current_device()])
+            # The module's own GPU: the group's rank (which can change at a resize) says
+            # nothing about where this process put its model.
+            param = next(self.module.parameters(), None)
+            index = param.device.index if param is not None and param.is_cuda else None
+            options.setdefault(
+                "device_ids", [torch.cuda.current_device() if index is None else index]
+            )
         group = process_group(backend_group, rank, world_size)
         ddp = DistributedDataParallel(self.module, process_group=group, **options)
         hook_state = _HookState(backend_group, world_size, weight)
