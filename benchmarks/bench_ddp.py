@@ -1,13 +1,14 @@
 """Steps/s of ``ctx.wrap`` (DDP) against hand-averaged gradients (``ctx.allreduce_gradients``).
 
 Both paths run in the same job, on the same ranks, model and batches, in alternating rounds
-(hand, DDP, hand, DDP, ...) so that a change in the machine's load hits both alike. A step is
+(hand then DDP, DDP then hand, ...) so that a change in the machine's load hits both alike; the
+figures are medians over the rounds. A step is
 forward, backward, gradient exchange, optimizer step and ``state.commit()`` (with its
 membership check), as in the examples. Models: the ~1M-parameter digits MLP of
 ``bench_rescale.py`` and the transformer LM of ``apps/lm.py``. Ranks are plain processes
 (gloo on CPU, one intra-op thread each) around a coordinator in this process.
 
-    python benchmarks/bench_ddp.py [--ranks 4] [--steps 30] [--rounds 3] [--model mlp|lm|both]
+    python benchmarks/bench_ddp.py [--ranks 4] [--steps 20] [--rounds 6] [--model mlp|lm|both]
 """
 
 from __future__ import annotations
@@ -73,7 +74,8 @@ def bench_train(
     def loop(state: Any) -> dict[str, list[float]]:
         rates: dict[str, list[float]] = {"hand": [], "ddp": []}
         for round_ in range(rounds + 1):  # round 0 warms both paths up, untimed
-            for path in ("hand", "ddp"):
+            # Alternate which path goes first, so neither always follows the other.
+            for path in ("hand", "ddp") if round_ % 2 else ("ddp", "hand"):
                 ctx.allreduce_mean_([torch.zeros(1)])  # start together
                 began = time.perf_counter()
                 for step in range(steps if round_ else 5):
@@ -130,8 +132,8 @@ def run(model_name: str, ranks: int, steps: int, rounds: int, batch_size: int) -
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ranks", type=int, default=4)
-    parser.add_argument("--steps", type=int, default=30, help="steps per path and round")
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=20, help="steps per path and round")
+    parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--model", choices=["mlp", "lm", "both"], default="both")
     args = parser.parse_args()
