@@ -125,6 +125,7 @@ class ElasticDDP(nn.Module):
             )
         group = process_group(backend_group, rank, world_size)
         ddp = DistributedDataParallel(self.module, process_group=group, **options)
+        ddp.training = self.training
         hook_state = _HookState(backend_group, world_size, weight)
         ddp.register_comm_hook(hook_state, _weighted_allreduce)
         object.__setattr__(self, "_ddp", ddp)
@@ -139,6 +140,13 @@ class ElasticDDP(nn.Module):
         if ddp is not None:
             with contextlib.suppress(Exception):
                 ddp._remove_autograd_hooks()
+
+    def train(self, mode: bool = True) -> "ElasticDDP":
+        """Set training mode here, on ``module`` and on the current DDP model."""
+        super().train(mode)
+        if self._ddp is not None:
+            self._ddp.training = mode
+        return self
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         """Run the DDP model of the current group."""

@@ -30,6 +30,9 @@ def test_wrap_gives_one_ddp_like_wrapper_per_model_and_needs_a_group():
         assert ctx.wrap(model) is wrapped and ctx.wrap(wrapped) is wrapped
         assert [id(p) for p in wrapped.parameters()] == [id(p) for p in model.parameters()]
         assert sorted(wrapped.state_dict()) == sorted(f"module.{k}" for k in model.state_dict())
+        assert wrapped.eval() is wrapped and not model.training
+        wrapped.train()
+        assert model.training
         with pytest.raises(RuntimeError, match=r"inside the loop given to ctx\.run"):
             wrapped(torch.zeros(1, 3))
     finally:
