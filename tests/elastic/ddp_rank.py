@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import sys
 import time
@@ -104,8 +105,7 @@ def train(
 
 
 def main() -> None:
-    import logging
-
+    # DDP_RANK_LOG=INFO shows the runtime's rollbacks ("gradient exchange failed ...").
     logging.basicConfig(level=os.environ.get("DDP_RANK_LOG", "WARNING"))
     host, port, token, member = sys.argv[1:5]
     settings = RankSettings(**json.loads(sys.argv[5]))
