@@ -1,12 +1,17 @@
 """Digits (scikit-learn's 8x8 handwritten digits) with a small MLP, elastic and plain.
 
-Ranks import this module by name, so the repository root must be on ``PYTHONPATH`` of the
-workers (the test and benchmark configs set it in ``worker_init``). The train/test split is fixed
-(``random_state=0``), so every rank and every run sees the same data.
+``train_ddp`` is the PyTorch way: a ``DistributedDataParallel`` model (``ctx.wrap``) fed by a
+``DataLoader`` over an ``ElasticDistributedSampler``. ``train_elastic`` averages gradients by
+hand (``ctx.allreduce_gradients``), the path that also runs on Horovod.
+
+Installed with the package as ``parsl_malleable.apps.digits`` (also ``apps.digits`` from the
+repository root). The train/test split is fixed (``random_state=0``), so every rank and every run
+sees the same data.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import time
@@ -15,9 +20,13 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
 
 from parsl_malleable.elastic.rank import RankContext
+from parsl_malleable.elastic.sampler import ElasticDistributedSampler
 from parsl_malleable.elastic.state import ElasticSampler, ElasticState
+
+from .precision import Precision
 
 TEST_FRACTION = 0.25
 SPLIT_SEED = 0
@@ -116,6 +125,67 @@ def train_elastic(
         }
 
     return ctx.run(loop, state)
+
+
+def train_ddp(
+    ctx: RankContext,
+    epochs: int = 10,
+    batch_size: int = 32,
+    lr: float = 0.02,
+    hidden: tuple[int, ...] = (128,),
+    seed: int = 0,
+    precision: str = "fp32",
+    accumulate: int = 1,
+    num_workers: int = 0,
+    step_delay_s: float = 0.0,
+) -> dict[str, Any]:
+    """The digits MLP as a DDP script: ``ctx.wrap`` and a DataLoader; returns test accuracy.
+
+    ``precision``: ``fp32``, ``bf16`` (autocast) or ``fp16`` (autocast and a GradScaler, whose
+    scale is committed); ``accumulate``: micro-batches per optimizer step (DDP's ``no_sync``
+    on all but the last); ``num_workers``: DataLoader worker processes.
+    """
+    x_tr, y_tr, x_te, y_te = load_data()
+    model = make_model(tuple(hidden), seed).to(ctx.device)  # + the rank's device
+    optimizer, scheduler = make_optimizer(model, lr, epochs)
+    sampler = ElasticDistributedSampler(len(x_tr), batch_size, seed=seed)  # + DistributedSampler
+    loader = DataLoader(TensorDataset(x_tr, y_tr), batch_sampler=sampler, num_workers=num_workers)
+    ddp = ctx.wrap(model)  # + DistributedDataParallel(model)
+    amp = Precision(precision, torch.device(ctx.device).type)
+    state = ctx.state(model, optimizer, scheduler, sampler=sampler, scaler=amp.scaler)  # +
+
+    def loop(state: ElasticState) -> dict[str, Any]:  # + the loop resumes from the state
+        micro = 0
+        while sampler.epoch < epochs:
+            for x, y in loader:
+                x, y = x.to(ctx.device), y.to(ctx.device)
+                if micro == 0:
+                    optimizer.zero_grad()
+                micro += 1
+                last = micro == accumulate
+                with contextlib.nullcontext() if last else ddp.no_sync():
+                    with amp.autocast():
+                        loss = F.cross_entropy(ddp(x), y) / accumulate
+                    amp.backward(loss)
+                epoch = sampler.epoch
+                sampler.advance()  # +
+                if sampler.epoch != epoch:
+                    scheduler.step()
+                if last:
+                    amp.step(optimizer)
+                    micro = 0
+                    if step_delay_s:
+                        time.sleep(step_delay_s)
+                    state.commit()  # +
+        x_te_, y_te_ = x_te.to(ctx.device), y_te.to(ctx.device)
+        return {
+            "test_accuracy": accuracy(model, x_te_, y_te_),
+            "test_loss": float(F.cross_entropy(model(x_te_), y_te_).detach()),
+            "steps": state.step,
+            "world_size": ctx.world_size,
+        }
+
+    return ctx.run(loop, state)  # +
 
 
 def train_reference(

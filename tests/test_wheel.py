@@ -52,7 +52,7 @@ def test_package_list_covers_every_package_in_the_tree() -> None:
     }
     assert set(PYPROJECT["packages"]) == on_disk | set(mapped)
     assert PYPROJECT["package-data"]["parsl_malleable.site_profiles"] == ["*.yaml"]
-    assert PROFILES and APPS == ["digits"]
+    assert PROFILES and APPS == ["cnn", "digits", "lm", "precision"]
 
 
 def test_env_folders_come_first_and_the_error_lists_every_folder(tmp_path, monkeypatch) -> None:
@@ -165,6 +165,7 @@ def test_wheel_installs_profiles_apps_and_data(tmp_path: Path) -> None:
     assert sorted(result["profiles"]) == PROFILES
     assert result["profiles"]["perlmutter"] == "slurm"
     assert result["provider"] == load_profile("perlmutter").name
-    assert result["apps"]["digits"] == ["train_elastic", "train_reference"]
+    assert result["apps"]["digits"] == ["train_ddp", "train_elastic", "train_reference"]
+    assert result["apps"]["cnn"] == result["apps"]["lm"] == ["train_elastic"]
     assert (result["jobs"], result["nodes"]) == (3_170, 120)
     assert "3170" in result["cli"].replace(",", "")

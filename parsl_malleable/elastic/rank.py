@@ -25,9 +25,11 @@ import torch
 from parsl_malleable.elastic.backends import get_backend
 from parsl_malleable.elastic.checkpoint import CheckpointStore
 from parsl_malleable.elastic.coordinator import info_from_json
+from parsl_malleable.elastic.ddp import ElasticDDP
+from parsl_malleable.elastic.sampler import ElasticDistributedSampler
 from parsl_malleable.elastic.state import ElasticSampler, ElasticState, ResizeHook
 from parsl_malleable.elastic.wire import CoordinatorClient, CoordinatorUnavailable, Heartbeat
-from parsl_malleable.errors import CheckpointError
+from parsl_malleable.errors import CheckpointError, ConfigError
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -139,6 +141,8 @@ class RankContext:
         self.failed_checkpoints = 0  # disk checkpoints that could not be written
         self._notice = ""  # why this rank must leave (a SIGTERM: preemption, a cancel)
         self._notice_sent = False
+        self._wrapped: list[ElasticDDP] = []
+        self._state: ElasticState | None = None
 
     # --------------------------------------------------------------- user API
 
@@ -147,8 +151,9 @@ class RankContext:
         model: torch.nn.Module,
         optimizer: torch.optim.Optimizer | None = None,
         scheduler: Any = None,
-        sampler: ElasticSampler | None = None,
+        sampler: ElasticSampler | ElasticDistributedSampler | None = None,
         resize_hooks: list[ResizeHook] | None = None,
+        scaler: Any = None,
         **fields: Any,
     ) -> ElasticState:
         """Create the job's :class:`ElasticState` (same arguments)."""
@@ -158,8 +163,37 @@ class RankContext:
             scheduler=scheduler,
             sampler=sampler,
             resize_hooks=resize_hooks,
+            scaler=scaler,
             **fields,
         )
+
+    def wrap(self, model: torch.nn.Module, **ddp_options: Any) -> ElasticDDP:
+        """``model`` as ``DistributedDataParallel`` over the current group, rebuilt at each resize.
+
+        Call it once, before or inside the loop (the same model gives the same wrapper); the
+        wrapper's DDP is rebuilt whenever a group forms. ``ddp_options`` go to DDP
+        (``bucket_cap_mb``, ``find_unused_parameters``, ...). With an
+        :class:`~parsl_malleable.elastic.sampler.ElasticDistributedSampler` in the state, each
+        rank's gradient is weighted by ``sampler.weight()`` so uneven steps average exactly.
+        Needs the torch backend: with Horovod, call :meth:`allreduce_gradients` after
+        ``backward()`` instead (raises :class:`ConfigError`).
+        """
+        if self._backend.name != "torch":
+            raise ConfigError(
+                f"ctx.wrap (DistributedDataParallel) needs backend='torch', this job uses "
+                f"{self._backend.name!r}: keep the model unwrapped and call "
+                f"ctx.allreduce_gradients(model) after backward()"
+            )
+        if isinstance(model, ElasticDDP):
+            return model
+        for wrapper in self._wrapped:
+            if wrapper.module is model:
+                return wrapper
+        wrapper = ElasticDDP(model, **ddp_options)
+        self._wrapped.append(wrapper)
+        if getattr(self._backend, "group", None) is not None:
+            self._rebuild(wrapper)  # called inside the loop: a group exists
+        return wrapper
 
     def allreduce_mean_(self, tensors: list[torch.Tensor]) -> None:
         """Average ``tensors`` in place over the group; a failure raises :class:`PeerLost`."""
@@ -201,6 +235,7 @@ class RankContext:
         """
         state._commit_hook = self._on_commit
         previous = _catch_notice(self._on_term)
+        self._state = state
         try:
             return self._run(loop, state)
         except CoordinatorUnavailable:
@@ -230,7 +265,7 @@ class RankContext:
             attempted = -1
             try:
                 self._enter(assignment, state)
-                result = loop(state)
+                result = self._call(loop, state)
             except PlannedChange:
                 reason = "change"
                 attempted = state.step
@@ -283,6 +318,30 @@ class RankContext:
         if notice.get("notice") == "peer_lost" and notice.get("epoch") == self.epoch and abort:
             abort(f"member {notice.get('member')} of epoch {self.epoch} was lost")
 
+    def _call(self, loop: Callable[[ElasticState], T], state: ElasticState) -> T:
+        """``loop(state)``; a collective error raised through user code (DDP's gradient
+        exchange fails inside ``backward()``) becomes :class:`PeerLost`."""
+        try:
+            return loop(state)
+        except Exception as exc:
+            failures = [w.failure for w in self._wrapped if w.failure is not None]
+            if failures or isinstance(exc, torch.distributed.DistError):
+                cause = failures[0] if failures else exc
+                raise PeerLost(f"gradient exchange failed in epoch {self.epoch}: {cause}") from exc
+            raise
+
+    def _rebuild(self, wrapper: ElasticDDP) -> None:
+        """Build ``wrapper``'s DDP over the current group (a collective: all ranks call it)."""
+        sampler = self._state.sampler if self._state is not None else None
+        weight = sampler.weight if isinstance(sampler, ElasticDistributedSampler) else None
+        device = getattr(self._backend, "device", torch.device("cpu"))
+        try:
+            wrapper.rebuild(
+                getattr(self._backend, "group", None), self.rank, self.world_size, device, weight
+            )
+        except RuntimeError as exc:  # torch.distributed's errors; a bad option is the user's
+            raise PeerLost(f"building DDP in epoch {self.epoch} failed: {exc}") from exc
+
     def _obey(self, assignment: dict[str, Any], state: ElasticState) -> None:
         action = assignment.get("action")
         if action == "run":
@@ -312,6 +371,10 @@ class RankContext:
         except Exception as exc:
             raise PeerLost(f"forming epoch {self.epoch} failed: {exc}") from exc
         self._sync(state)
+        if isinstance(state.sampler, ElasticDistributedSampler):
+            state.sampler.set_group(self.rank, self.world_size)
+        for wrapper in self._wrapped:
+            self._rebuild(wrapper)
 
     def _sync(self, state: ElasticState) -> None:
         """Make every rank hold the newest committed state, then apply resize hooks."""
@@ -407,6 +470,8 @@ class RankContext:
         self._shutdown_backend()
 
     def _shutdown_backend(self) -> None:
+        for wrapper in self._wrapped:
+            wrapper.release()
         try:
             self._backend.shutdown()
         except Exception as exc:

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from parsl_malleable.elastic.checkpoint import model_fingerprint
+from parsl_malleable.elastic.sampler import ElasticDistributedSampler
 
 ResizeHook = Callable[["ElasticState", int, int], None]
 
@@ -103,7 +104,8 @@ def linear_lr_scaling(state: ElasticState, old_world_size: int, new_world_size: 
 
 
 class ElasticState:
-    """Model, optimizer, scheduler, sampler and user fields, with in-memory commits.
+    """Model, optimizer, scheduler, sampler, gradient scaler and user fields, with in-memory
+    commits.
 
     User fields are passed as keyword arguments and read or written as attributes
     (``state.best_accuracy``); they must be plain values or tensors. ``world_size`` is the group
@@ -117,6 +119,7 @@ class ElasticState:
             "optimizer",
             "scheduler",
             "sampler",
+            "scaler",
             "fields",
             "world_size",
             "step",
@@ -132,14 +135,16 @@ class ElasticState:
         model: torch.nn.Module,
         optimizer: torch.optim.Optimizer | None = None,
         scheduler: Any = None,
-        sampler: ElasticSampler | None = None,
+        sampler: ElasticSampler | ElasticDistributedSampler | None = None,
         resize_hooks: list[ResizeHook] | None = None,
+        scaler: Any = None,
         **fields: Any,
     ) -> None:
         self.model = model
         self.optimizer = optimizer
         self.scheduler = scheduler
         self.sampler = sampler
+        self.scaler = scaler  # e.g. torch.amp.GradScaler: its scale and growth tracker
         self.fields: dict[str, Any] = dict(fields)
         self.world_size = 1
         self.step = 0
@@ -192,6 +197,7 @@ class ElasticState:
                 copy.deepcopy(self.scheduler.state_dict()) if self.scheduler is not None else None
             ),
             "sampler": self.sampler.state_dict() if self.sampler is not None else None,
+            "scaler": self.scaler.state_dict() if self.scaler is not None else None,
             "fields": copy.deepcopy(self.fields),
         }
 
@@ -204,6 +210,8 @@ class ElasticState:
             self.scheduler.load_state_dict(copy.deepcopy(snap["scheduler"]))
         if self.sampler is not None and snap.get("sampler") is not None:
             self.sampler.load_state_dict(snap["sampler"])
+        if self.scaler is not None and snap.get("scaler") is not None:
+            self.scaler.load_state_dict(dict(snap["scaler"]))
         self.fields = copy.deepcopy(dict(snap.get("fields") or {}))
         self.step = int(snap["step"])
         self.world_size = int(snap["world_size"])

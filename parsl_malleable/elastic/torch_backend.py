@@ -91,6 +91,12 @@ class TorchBackend:
         """Where the job's coordinator (and so the rendezvous keys) is, and its token."""
         self._coordinator = (host, port, token)
 
+    @property
+    def group(self) -> Any:
+        """The current epoch's gloo or nccl group (None between epochs); ``ctx.wrap`` builds
+        DDP on it."""
+        return self._group
+
     def init(self, rank: int, info: RendezvousInfo, timeout_s: float) -> None:
         """Form the group of ``info.epoch``; raises within ``timeout_s`` if a peer is missing."""
         self.shutdown()

@@ -1,0 +1,105 @@
+"""A small CNN on scikit-learn's digits as 1x8x8 images: an ordinary DDP script made malleable.
+
+The data ship with scikit-learn (no download); the split is ``digits.load_data``'s. Lines marked
+``# +`` are what the elastic runtime adds to a DDP script (``docs/elastic.md``, "From a DDP
+script to a malleable app"). Installed as ``parsl_malleable.apps.cnn``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from parsl_malleable.elastic.rank import RankContext
+from parsl_malleable.elastic.sampler import ElasticDistributedSampler
+from parsl_malleable.elastic.state import ElasticState
+
+from .digits import accuracy, load_data, make_optimizer
+from .precision import Precision
+
+
+def load_images() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(x_train, y_train, x_test, y_test)`` with images shaped ``(N, 1, 8, 8)``."""
+    x_tr, y_tr, x_te, y_te = load_data()
+    return x_tr.view(-1, 1, 8, 8), y_tr, x_te.view(-1, 1, 8, 8), y_te
+
+
+def make_model(channels: int = 16, seed: int = 0) -> nn.Sequential:
+    """conv(3x3) x2 -> max-pool -> MLP head, initialised from ``seed``."""
+    torch.manual_seed(seed)
+    return nn.Sequential(
+        nn.Conv2d(1, channels, 3, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(channels, 2 * channels, 3, padding=1),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(2 * channels * 16, 64),
+        nn.ReLU(),
+        nn.Linear(64, 10),
+    )
+
+
+def train_elastic(
+    ctx: RankContext,
+    epochs: int = 8,
+    batch_size: int = 32,
+    lr: float = 0.02,
+    channels: int = 16,
+    seed: int = 0,
+    precision: str = "fp32",
+    accumulate: int = 1,
+    num_workers: int = 0,
+    step_delay_s: float = 0.0,
+) -> dict[str, Any]:
+    """Train the CNN with DDP over whatever ranks the job has; returns test accuracy.
+
+    ``precision`` (``fp32``, ``bf16``, ``fp16``), ``accumulate`` and ``num_workers`` as in
+    :func:`parsl_malleable.apps.digits.train_ddp`; ``lr`` is one rank's (scaled with the world).
+    """
+    x_tr, y_tr, x_te, y_te = load_images()
+    model = make_model(channels, seed).to(ctx.device)  # + the rank's device
+    optimizer, scheduler = make_optimizer(model, lr, epochs)
+    sampler = ElasticDistributedSampler(len(x_tr), batch_size, seed=seed)  # + DistributedSampler
+    loader = DataLoader(TensorDataset(x_tr, y_tr), batch_sampler=sampler, num_workers=num_workers)
+    ddp = ctx.wrap(model)  # + DistributedDataParallel(model)
+    amp = Precision(precision, torch.device(ctx.device).type)
+    state = ctx.state(model, optimizer, scheduler, sampler=sampler, scaler=amp.scaler)  # +
+
+    def loop(state: ElasticState) -> dict[str, Any]:  # +
+        micro = 0
+        while sampler.epoch < epochs:
+            for x, y in loader:
+                x, y = x.to(ctx.device), y.to(ctx.device)
+                if micro == 0:
+                    optimizer.zero_grad()
+                micro += 1
+                last = micro == accumulate
+                with contextlib.nullcontext() if last else ddp.no_sync():
+                    with amp.autocast():
+                        loss = F.cross_entropy(ddp(x), y) / accumulate
+                    amp.backward(loss)
+                epoch = sampler.epoch
+                sampler.advance()  # +
+                if sampler.epoch != epoch:
+                    scheduler.step()
+                if last:
+                    amp.step(optimizer)
+                    micro = 0
+                    if step_delay_s:
+                        time.sleep(step_delay_s)
+                    state.commit()  # +
+        model.eval()
+        return {
+            "test_accuracy": accuracy(model, x_te.to(ctx.device), y_te.to(ctx.device)),
+            "steps": state.step,
+            "world_size": ctx.world_size,
+        }
+
+    return ctx.run(loop, state)  # +

@@ -1,0 +1,167 @@
+"""A small transformer language model on generated text: an ordinary DDP script made malleable.
+
+The corpus is generated from a fixed seed by a toy grammar ("the small cat sees a red ball ."),
+character by character, so nothing is downloaded and every rank builds the same data. The model
+is a causal transformer (2 layers, width 64) that predicts the next character of 32-character
+windows; CPU-sized. Lines marked ``# +`` are what the elastic runtime adds to a DDP script.
+Installed as ``parsl_malleable.apps.lm``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import math
+import random
+import time
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from parsl_malleable.elastic.rank import RankContext
+from parsl_malleable.elastic.sampler import ElasticDistributedSampler
+from parsl_malleable.elastic.state import ElasticState
+
+from .precision import Precision
+
+CONTEXT = 32
+WORDS = {
+    "det": ["the", "a", "every", "some"],
+    "adj": ["small", "red", "quiet", "old", "bright"],
+    "noun": ["cat", "dog", "ball", "tree", "bird", "house"],
+    "verb": ["sees", "finds", "likes", "follows", "hears"],
+}
+
+
+def sentence(rng: random.Random) -> str:
+    """One sentence of the grammar: det [adj] noun verb det [adj] noun ."""
+
+    def phrase() -> list[str]:
+        words = [rng.choice(WORDS["det"])]
+        if rng.random() < 0.5:
+            words.append(rng.choice(WORDS["adj"]))
+        return [*words, rng.choice(WORDS["noun"])]
+
+    return " ".join([*phrase(), rng.choice(WORDS["verb"]), *phrase(), "."])
+
+
+@functools.lru_cache(maxsize=4)
+def load_text(chars: int = 60_000, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, str]:
+    """``(train windows, validation windows, vocabulary)``: ``(N, CONTEXT + 1)`` int64 codes,
+    90 % / 10 % of a generated text of ``chars`` characters."""
+    rng = random.Random(seed)  # noqa: S311 (a corpus, not a secret)
+    parts: list[str] = []
+    size = 0
+    while size < chars:
+        parts.append(sentence(rng))
+        size += len(parts[-1]) + 1
+    text = " ".join(parts)[:chars]
+    vocab = "".join(sorted(set(text)))
+    codes = torch.tensor([vocab.index(c) for c in text], dtype=torch.int64)
+    windows = codes[: len(codes) // (CONTEXT + 1) * (CONTEXT + 1)].view(-1, CONTEXT + 1)
+    split = int(len(windows) * 0.9)
+    return windows[:split], windows[split:], vocab
+
+
+class TinyLM(nn.Module):
+    """Token and position embeddings, a causal transformer encoder, a linear head."""
+
+    def __init__(self, vocab: int, width: int = 64, layers: int = 2, heads: int = 4) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab, width)
+        self.position = nn.Parameter(torch.zeros(CONTEXT, width))
+        layer = nn.TransformerEncoderLayer(
+            width, heads, dim_feedforward=2 * width, dropout=0.0, batch_first=True
+        )
+        self.blocks = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.head = nn.Linear(width, vocab)
+        mask = torch.triu(torch.full((CONTEXT, CONTEXT), float("-inf")), diagonal=1)
+        self.register_buffer("mask", mask, persistent=False)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Next-token logits ``(B, T, vocab)`` for ``tokens`` ``(B, T)``."""
+        t = tokens.shape[1]
+        h = self.embed(tokens) + self.position[:t]
+        h = self.blocks(h, mask=self.mask[:t, :t], is_causal=True)
+        return self.head(h)
+
+
+def make_model(vocab: int, width: int = 64, layers: int = 2, seed: int = 0) -> TinyLM:
+    """The model, initialised from ``seed``."""
+    torch.manual_seed(seed)
+    return TinyLM(vocab, width, layers)
+
+
+def lm_loss(model: nn.Module, windows: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy (nats per character) of predicting each next character."""
+    logits = model(windows[:, :-1])
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), windows[:, 1:].reshape(-1))
+
+
+def train_elastic(
+    ctx: RankContext,
+    epochs: int = 3,
+    batch_size: int = 16,
+    lr: float = 1e-3,
+    width: int = 64,
+    layers: int = 2,
+    seed: int = 0,
+    chars: int = 60_000,
+    precision: str = "fp32",
+    accumulate: int = 1,
+    num_workers: int = 0,
+    step_delay_s: float = 0.0,
+) -> dict[str, Any]:
+    """Train the LM with DDP over whatever ranks the job has; returns validation loss.
+
+    AdamW with a cosine decay over ``epochs``; ``lr`` is one rank's (scaled with the world).
+    ``precision``, ``accumulate``, ``num_workers`` as in ``digits.train_ddp``.
+    """
+    train, valid, vocab = load_text(chars, seed)
+    model = make_model(len(vocab), width, layers, seed).to(ctx.device)  # +
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda epoch: 0.5 * (1.0 + math.cos(math.pi * epoch / epochs))
+    )
+    sampler = ElasticDistributedSampler(len(train), batch_size, seed=seed)  # + DistributedSampler
+    loader = DataLoader(TensorDataset(train), batch_sampler=sampler, num_workers=num_workers)
+    ddp = ctx.wrap(model)  # + DistributedDataParallel(model)
+    amp = Precision(precision, torch.device(ctx.device).type)
+    state = ctx.state(model, optimizer, scheduler, sampler=sampler, scaler=amp.scaler)  # +
+
+    def loop(state: ElasticState) -> dict[str, Any]:  # +
+        micro = 0
+        while sampler.epoch < epochs:
+            for (windows,) in loader:
+                windows = windows.to(ctx.device)
+                if micro == 0:
+                    optimizer.zero_grad()
+                micro += 1
+                last = micro == accumulate
+                with contextlib.nullcontext() if last else ddp.no_sync():
+                    with amp.autocast():
+                        loss = lm_loss(ddp, windows) / accumulate
+                    amp.backward(loss)
+                epoch = sampler.epoch
+                sampler.advance()  # +
+                if sampler.epoch != epoch:
+                    scheduler.step()
+                if last:
+                    amp.step(optimizer)
+                    micro = 0
+                    if step_delay_s:
+                        time.sleep(step_delay_s)
+                    state.commit()  # +
+        with torch.no_grad():
+            valid_loss = float(lm_loss(model, valid.to(ctx.device)))
+        return {
+            "valid_loss": valid_loss,
+            "bits_per_char": valid_loss / math.log(2),
+            "steps": state.step,
+            "world_size": ctx.world_size,
+        }
+
+    return ctx.run(loop, state)  # +

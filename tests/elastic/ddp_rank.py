@@ -1,0 +1,119 @@
+"""One rank process of tests/elastic/test_ddp_resize.py: digits trained with ``ctx.wrap`` (DDP)
+and a ``DataLoader`` (one worker process) over an ``ElasticDistributedSampler``, optionally in
+fp16 with a GradScaler and with gradient accumulation (``apps.digits.train_ddp``'s loop).
+
+Run as ``python ddp_rank.py HOST PORT TOKEN MEMBER SETTINGS_JSON ARGS_JSON``; prints
+``outcome <json>`` on its last line. Besides training, every step adds the indices this rank's
+DataLoader delivered (the padding excluded) to a per-epoch count in the state, summed over the
+group: a committed field, rolled back and handed to newcomers with the rest, so at the end it
+says how often each sample was trained in each epoch across every resize and rollback.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import sys
+import time
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, Dataset
+
+from apps.digits import accuracy, load_data, make_model, make_optimizer
+from apps.precision import Precision
+from parsl_malleable.elastic.rank import RankContext, RankSettings, RankSpec, run_rank
+from parsl_malleable.elastic.sampler import ElasticDistributedSampler
+
+
+class Indexed(Dataset):
+    """``(x, y, index)`` triples, so the loop can tell which samples it trained on."""
+
+    def __init__(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        self.x, self.y = x, y
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+        return self.x[i], self.y[i], i
+
+
+def train(
+    ctx: RankContext,
+    epochs: int,
+    batch_size: int,
+    lr: float,
+    seed: int = 0,
+    pace_file: str = "",
+    step_delay_s: float = 0.0,
+    precision: str = "fp32",
+    accumulate: int = 1,
+) -> dict[str, Any]:
+    x_tr, y_tr, x_te, y_te = load_data()
+    n = len(x_tr)
+    model = make_model((128,), seed)
+    optimizer, scheduler = make_optimizer(model, lr, epochs)
+    sampler = ElasticDistributedSampler(n, batch_size, seed=seed)
+    loader = DataLoader(Indexed(x_tr, y_tr), batch_sampler=sampler, num_workers=1)
+    ddp = ctx.wrap(model)
+    amp = Precision(precision)
+    seen = torch.zeros(epochs, n)
+    state = ctx.state(model, optimizer, scheduler, sampler=sampler, scaler=amp.scaler, seen=seen)
+
+    def loop(state: Any) -> dict[str, Any]:
+        micro = 0
+        while sampler.epoch < epochs:
+            for x, y, index in loader:
+                if micro == 0:
+                    optimizer.zero_grad()
+                micro += 1
+                last = micro == accumulate
+                with contextlib.nullcontext() if last else ddp.no_sync():
+                    with amp.autocast():
+                        loss = F.cross_entropy(ddp(x), y) / accumulate
+                    amp.backward(loss)
+                counts = torch.zeros(n, dtype=torch.float64)
+                counts[index[: sampler.local_count()]] += 1
+                ctx.allreduce_mean_([counts])
+                state.seen[sampler.epoch] += torch.round(counts * ctx.world_size).float()
+                epoch = sampler.epoch
+                sampler.advance()
+                if sampler.epoch != epoch:
+                    scheduler.step()
+                if not last:
+                    continue
+                amp.step(optimizer)
+                micro = 0
+                if pace_file and os.path.exists(pace_file):
+                    time.sleep(step_delay_s)
+                state.commit()
+        seen = state.seen
+        scaler = amp.scaler.state_dict() if amp.scaler is not None else None
+        return {
+            "scaler": scaler,
+            "test_accuracy": accuracy(model, x_te, y_te),
+            "steps": state.step,
+            "seen_min": seen.min(dim=1).values.tolist(),
+            "seen_max": seen.max(dim=1).values.tolist(),
+        }
+
+    return ctx.run(loop, state)
+
+
+def main() -> None:
+    # DDP_RANK_LOG=INFO shows the runtime's rollbacks ("gradient exchange failed ...").
+    logging.basicConfig(level=os.environ.get("DDP_RANK_LOG", "WARNING"))
+    host, port, token, member = sys.argv[1:5]
+    settings = RankSettings(**json.loads(sys.argv[5]))
+    kwargs = json.loads(sys.argv[6])
+    spec = RankSpec(host, int(port), token, settings, member_id=member)
+    outcome = run_rank(spec, train, (), kwargs)
+    print("outcome", json.dumps({"status": outcome.status, "value": outcome.value}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
