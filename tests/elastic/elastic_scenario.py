@@ -125,7 +125,10 @@ def wait_size(job: ElasticJob, size: int, progress: int, timeout_s: float = 90.0
     )
     epochs = job.coordinator.epochs()
     assert ok, f"no group of {size} ranks within {timeout_s} s; epochs: {epochs}"
-    assert job.coordinator.outcome is None, f"training ended before size {size}: {epochs}"
+    c = job.coordinator
+    assert c.outcome is None, (
+        f"training ended ({c.outcome}: {c.abort_message}) before size {size}: {epochs}"
+    )
     print(f"size {size} after {time.time() - began:.1f} s, step {job.coordinator.last_step()}")
 
 

@@ -97,3 +97,17 @@ def test_a_learned_model_shortens_blocks_never_lengthens_them() -> None:
     # r1 is expected to end halfway (1800 s after its start, 1740 s from now): the block
     # ends a margin before that, so a yield is unlikely.
     assert shorter and all(b.walltime_s <= 1740 - 60 for b in shorter)
+
+
+def test_preemption_mode_plans_blocks_past_the_predicted_window() -> None:
+    # The same 540 s hole: in polling mode blocks end 60 s before it; where Slurm preempts
+    # blocks for native jobs they may run to max_walltime_s, and a block on a node the queue
+    # takes now is still never planned.
+    snap = machine([native("r1", ("n1", "n2"), 540)], [queued("big", 6, 600)])
+    preempt = PROFILE.model_copy(update={"preemption": "partition"})
+    blocks = plan_blocks(snap, 4, preempt, NAIVE)
+    assert sorted(n for b in blocks for n in b.node_ids) == ["n3", "n4", "n5", "n6"]
+    assert all(b.walltime_s == PROFILE.max_walltime_s for b in blocks)
+    fits_now = machine([native("r1", ("n1", "n2"), 540)], [queued("small", 3, 600)])
+    taken = {n for b in plan_blocks(fits_now, 4, preempt, NAIVE) for n in b.node_ids}
+    assert len(taken) == 1  # three of the four idle nodes start the queued job at once
