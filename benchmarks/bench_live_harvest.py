@@ -10,7 +10,9 @@ fixed seed) is replayed in real time on the local cluster (``scripts/slurm-clust
 * ``poll-watch``: the same with ``watch_interval_s: 1`` (one small ``squeue`` a second between
   polls; a native arrival or end seen there starts a poll at once);
 * ``preempt``: the provider in preemption mode (profile ``slurm-preempt``, partition
-  ``scavenger``: Slurm cancels a block there when a native job needs its nodes).
+  ``scavenger``: Slurm cancels a block there when a native job needs its nodes);
+* ``preempt-watch``: the same with the queue watch, which here refills slots as soon as a
+  native job's start or end shows, instead of at the next poll.
 
 The harvesting runs open every slot before the first native job arrives, so blocks hold the
 idle machine and each arrival has to get its nodes back. Each native job records when it
@@ -53,6 +55,7 @@ PROFILES: dict[str, tuple[str, dict[str, float]]] = {
     "poll": ("slurm-test", {}),
     "poll-watch": ("slurm-test", {"watch_interval_s": 1.0}),
     "preempt": ("slurm-preempt", {}),
+    "preempt-watch": ("slurm-preempt", {"watch_interval_s": 1.0}),
 }
 # What a block runs on each node: a stand-in worker pool that records its life and, like
 # Parsl's, exits on SIGTERM.
@@ -127,7 +130,7 @@ def machine_idle() -> bool:
     return len(states) == NODES and all(s == "idle" for s in states.values()) and not queue
 
 
-def replay(mode: str, natives: list[Native], work: Path) -> RunResult:
+def replay(mode: str, natives: list[Native], work: Path, slots: int | None = None) -> RunResult:
     """Replay the stream once, harvesting with ``mode``'s profile unless it is a baseline."""
     if not wait_until(machine_idle, 120):
         raise RuntimeError("the cluster did not become idle; is another job running?")
@@ -140,6 +143,7 @@ def replay(mode: str, natives: list[Native], work: Path) -> RunResult:
             profile,
             script_dir=str(run_dir),
             env={"SLURM_CONF": slurm_env()["SLURM_CONF"]},
+            slots=slots,
             **overrides,
         )
         for i in range(provider.slots):
@@ -166,9 +170,15 @@ def replay(mode: str, natives: list[Native], work: Path) -> RunResult:
 
     def natives_done() -> bool:
         names = slurm("squeue", "-h", "-o", "%j").split()
+        strangers.update(n for n in names if not n.startswith(("native-", "pm-block")))
         return not any(n.startswith("native-") for n in names)
 
+    strangers: set[str] = set()
+
     wait_until(natives_done, 600)
+    if strangers:
+        # Another user's jobs shared the cluster: this run's delays are not comparable.
+        print(f"# WARNING {mode}: other jobs ran meanwhile: {sorted(strangers)}", flush=True)
     if provider is not None:
         provider.close()
         wait_until(machine_idle, 120)
@@ -241,6 +251,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=26)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--slots", type=int, default=None, help="Parsl slots (max_blocks; default: the profile's)"
+    )
     parser.add_argument("--out", help="also write every run's per-job waits to this JSON file")
     parser.add_argument(
         "--modes", default="poll,poll-watch,preempt", help="harvesting modes to run"
@@ -258,7 +271,7 @@ def main() -> None:
         results = []
         for mode in ["baseline", *modes, "baseline"]:
             began = time.monotonic()
-            results.append(replay(mode, natives, Path(tmp)))
+            results.append(replay(mode, natives, Path(tmp), args.slots))
             print(f"# {mode}: {time.monotonic() - began:.0f} s", flush=True)
         report(results, natives)
     if args.out:
