@@ -59,8 +59,8 @@ from parsl_malleable.harvest.yielding import (
 )
 from parsl_malleable.inputs import safe_name
 from parsl_malleable.schedulers.records import JobState
+from parsl_malleable.snapshot import NodeState, Snapshot
 from parsl_malleable.windows.predict import WindowPredictor
-from parsl_malleable.windows.snapshot import NodeState, Snapshot
 
 logger = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from parsl_malleable.schedulers.hostlist import natural_key
 from parsl_malleable.schedulers.records import JobState, OutputParseError
-from parsl_malleable.windows.snapshot import Node, NodeState, Reservation
+from parsl_malleable.snapshot import Node, NodeState, Reservation
 
 
 def load_json(text: str, what: str) -> dict[str, Any]:

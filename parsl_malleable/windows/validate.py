@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from parsl_malleable.errors import SnapshotError
 from parsl_malleable.sim.engine import POLICIES
-from parsl_malleable.windows.snapshot import NodeState, PendingJob, RunningJob, Snapshot
+from parsl_malleable.snapshot import NodeState, PendingJob, RunningJob, Snapshot
 
 UNUSABLE = (NodeState.DOWN, NodeState.DRAINED, NodeState.RESERVED)
 
