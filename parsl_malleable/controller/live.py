@@ -105,7 +105,9 @@ class Controller:
         if self.source is not None:
             self.source.attach(self._wake.set)
         provider = executor.provider
-        if getattr(provider, "demand", False) is None:
+        # duck-typed: a BackfillProvider has ``demand`` (None until someone sets it); importing
+        # the class here would tie the controller to the provider
+        if provider is not None and getattr(provider, "demand", False) is None:
             provider.demand = self.demand  # type: ignore[attr-defined]
 
     # ------------------------------------------------------------------ public API

@@ -40,8 +40,7 @@ class ReplayState:
         size = jobs["nodes"].to_numpy()
         self._running: dict[int, RunningJob] = {}
         self._pending: dict[int, PendingJob] = {}
-        for r in self.rows:
-            r = int(r)
+        for r in self.rows.tolist():
             limit = None if math.isnan(self.walltime[r]) else float(self.walltime[r])
             self._running[r] = RunningJob(
                 str(r),
