@@ -12,6 +12,7 @@ which never run and only name types for annotations. ``cli.py`` reaches the subc
 from __future__ import annotations
 
 import ast
+import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -179,6 +180,16 @@ def test_every_part_has_a_layer(graph: dict[str, set[str]]) -> None:
         f"not in LAYERS: {sorted(parts - set(declared))}; "
         f"in LAYERS but gone: {sorted(set(declared) - parts)}"
     )
+
+
+def test_docs_show_this_table() -> None:
+    """docs/architecture.md's layer table is ``LAYERS``, row for row."""
+    text = (REPO / "docs" / "architecture.md").read_text()
+    section = text.split("## The layer table", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| (\d+) \| (.+) \|$", section, flags=re.M)
+    documented = [tuple(re.findall(r"`([^`]+)`", parts)) for _, parts in rows]
+    assert [int(n) for n, _ in rows] == list(range(len(LAYERS)))
+    assert documented == LAYERS
 
 
 def test_graph_sees_known_edges(graph: dict[str, set[str]]) -> None:
