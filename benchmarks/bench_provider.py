@@ -33,8 +33,8 @@ from _common import REPO, peak_rss_mib
 from parsl_malleable.harvest.planning import harvest_windows, plan_blocks
 from parsl_malleable.harvest.profile import SiteProfile, load_profile
 from parsl_malleable.harvest.yielding import blocks_in_the_way
+from parsl_malleable.snapshot import Node, NodeState, PendingJob, RunningJob, Snapshot
 from parsl_malleable.windows.predict import WindowPredictor
-from parsl_malleable.windows.snapshot import Node, NodeState, PendingJob, RunningJob, Snapshot
 
 NOW = 1_800_000_000.0
 HOUR = 3600.0

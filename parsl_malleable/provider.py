@@ -59,8 +59,8 @@ from parsl_malleable.harvest.yielding import (
 )
 from parsl_malleable.inputs import safe_name
 from parsl_malleable.schedulers.records import JobState
+from parsl_malleable.snapshot import NodeState, Snapshot
 from parsl_malleable.windows.predict import WindowPredictor
-from parsl_malleable.windows.snapshot import NodeState, Snapshot
 
 logger = logging.getLogger(__name__)
 
@@ -131,7 +131,8 @@ class BackfillProvider(ExecutionProvider, RepresentationMixin):
         self.nodes_per_block = self.profile.max_nodes_per_block
         self.parallelism = 1.0
         self.script_dir = script_dir
-        self.resources: dict[str, dict[str, Any]] = {}
+        # Parsl's own type (ExecutionProvider.resources); the keys are our slot ids
+        self.resources: dict[object, Any] = {}
         self.cores_per_node = None
         self.mem_per_node = None
         self.autostart = autostart

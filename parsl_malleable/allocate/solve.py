@@ -141,14 +141,15 @@ def solve_problem(
         solver = make_solver(name, time_limit, gap_rel, threads, start)
     else:
         solver = name
-    start = time.perf_counter()
+    # not `start`: that is the MIP start passed in
+    began = time.perf_counter()
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
             problem.solve(solver)
     except (pulp.PulpSolverError, OSError) as exc:
-        return SolveOutcome("failed", False, time.perf_counter() - start, str(exc))
-    seconds = time.perf_counter() - start
+        return SolveOutcome("failed", False, time.perf_counter() - began, str(exc))
+    seconds = time.perf_counter() - began
     if problem.sol_status == pulp.LpSolutionOptimal:
         return SolveOutcome("optimal", True, seconds)
     if problem.sol_status == pulp.LpSolutionIntegerFeasible:

@@ -73,18 +73,24 @@ def load_workload(directory: str | Path, name: str, limit: int | None = None) ->
     directory = Path(directory)
     curves = load_scaling(_csv_file(directory, f"{name}-scaling"))
     jobs_path = _csv_file(directory, f"{name}-jobs")
-    jobs = []
+    jobs: list[TrainingJob] = []
     for line, row in _rows(jobs_path, JOB_FIELDS):
         if limit is not None and len(jobs) >= limit:
             break
         if row["job"] not in curves:
             raise TraceFormatError(jobs_path, line, f"job {row['job']} has no scaling curve")
+        where = f"job {row['job']!r}"
         try:
+            # whole counts, never truncated: "1.5" is an error, not 1
+            low, high = (
+                whole_count(_number(row[col]), f"{where}: {key}", error=AllocationInputError)
+                for col, key in (("Jmin", "min_nodes"), ("Jmax", "max_nodes"))
+            )
             jobs.append(
                 TrainingJob(
                     name=row["job"],
-                    min_nodes=_number(row["Jmin"]),
-                    max_nodes=_number(row["Jmax"]),
+                    min_nodes=low,
+                    max_nodes=high,
                     curve=curves[row["job"]],
                     scale_up_cost=float(row["Tcup"]),
                     scale_down_cost=float(row["Tcdw"]),

@@ -7,7 +7,7 @@ import logging
 import signal
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.console import Console
@@ -68,8 +68,8 @@ def run(
     console = Console(stderr=True)
     try:
         campaign = load_campaign(campaign_file)
-        changes = {"time_limit_s": time_limit, "site": site}
-        changes = {k: v for k, v in changes.items() if v is not None}
+        given = {"time_limit_s": time_limit, "site": site}
+        changes: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
         if site is not None:
             changes["site_overrides"] = {}  # overrides were written for the campaign's own site
         campaign = campaign.model_copy(update=changes)

@@ -6,7 +6,7 @@ import itertools
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from parsl_malleable.windows.snapshot import NodeState, Snapshot
+from parsl_malleable.snapshot import NodeState, Snapshot
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ import itertools
 import math
 import random
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -233,7 +233,7 @@ def resolve_app(ref: str) -> Callable[..., Any]:
             raise ValueError(f"module {module_name!r} has no {attr!r}")
     if not callable(fn):
         raise ValueError(f"{ref!r} is not callable")
-    return fn  # type: ignore[no-any-return]
+    return fn
 
 
 def check_app_args(fn: Callable[..., Any], args: dict[str, Any]) -> None:
@@ -303,7 +303,11 @@ def _check_names(campaign: Campaign, source: str) -> None:
 def check_apps(campaign: Campaign, *, source: str = "<campaign>") -> None:
     """Import every app and bind its arguments; :class:`ConfigError` naming the entry."""
     problems = []
-    for kind, entries in (("jobs", campaign.jobs), ("sweeps", campaign.sweeps)):
+    groups: tuple[tuple[str, Sequence[JobEntry | Sweep]], ...] = (
+        ("jobs", campaign.jobs),
+        ("sweeps", campaign.sweeps),
+    )
+    for kind, entries in groups:
         for i, entry in enumerate(entries):
             try:
                 fn = resolve_app(entry.app)

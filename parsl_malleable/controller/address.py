@@ -36,7 +36,7 @@ def controller_address(executor: HighThroughputExecutor) -> str:
 def workers_per_node(executor: HighThroughputExecutor) -> int:
     """Ranks per node: the executor's workers per node (one per GPU on GPU sites)."""
     count = getattr(executor, "workers_per_node", None) or getattr(executor, "_workers_per_node", 1)
-    return max(1, int(count))
+    return max(1, int(count or 1))
 
 
 __all__ = ["LOOPBACK", "controller_address", "workers_per_node"]

@@ -22,7 +22,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import parsl
 from parsl.app.app import python_app
@@ -31,20 +31,55 @@ from parsl.executors import HighThroughputExecutor
 from parsl.executors.high_throughput.errors import ManagerLost, WorkerLost
 
 from parsl_malleable.controller.address import controller_address, workers_per_node
-from parsl_malleable.controller.agent import AgentExit, AgentSpec, coordinator_token, run_agent
+from parsl_malleable.controller.agent import (
+    AgentExit,
+    AgentSpec,
+    JobPayload,
+    coordinator_token,
+    run_agent,
+)
 from parsl_malleable.controller.agents import AgentLink, AgentServer
 from parsl_malleable.controller.blocks import BlockDiff, BlockSource, ProviderBlocks, block_key
 from parsl_malleable.controller.core import ControllerCore, CoreSettings
 from parsl_malleable.controller.model import DrainRanks, JobSpec, StartRanks
+from parsl_malleable.elastic.coordinator import Coordinator
 from parsl_malleable.errors import ConfigError
 from parsl_malleable.inputs import safe_name
-
-if TYPE_CHECKING:
-    from parsl_malleable.app import ElasticJob
 
 logger = logging.getLogger(__name__)
 
 _ATTRIBUTE = "_malleable_controller"
+
+
+class _JobOptions(Protocol):
+    @property
+    def checkpoint_dir(self) -> str: ...
+
+
+class ControlledJob(Protocol):
+    """What the controller needs of a job it runs.
+
+    :class:`parsl_malleable.app.ElasticJob` is the implementation; naming only these members
+    here keeps the controller below ``app.py``, which imports it (docs/architecture.md).
+    """
+
+    @property
+    def coordinator(self) -> Coordinator: ...
+
+    @property
+    def payload(self) -> JobPayload: ...
+
+    @property
+    def options(self) -> _JobOptions: ...
+
+    @property
+    def ended(self) -> bool: ...
+
+    def complete(self, value: Any) -> None:
+        """Rank 0 finished with ``value``."""
+
+    def fail(self, message: str) -> None:
+        """The job cannot finish; ``message`` says why."""
 
 
 class Controller:
@@ -84,8 +119,8 @@ class Controller:
         self.source = source
         self._token = secrets.token_hex(16)
         self._lock = threading.RLock()
-        self._jobs: dict[str, ElasticJob] = {}
-        self._ended: dict[str, ElasticJob] = {}
+        self._jobs: dict[str, ControlledJob] = {}
+        self._ended: dict[str, ControlledJob] = {}
         self._links: dict[str, AgentLink] = {}
         self._agents: dict[str, tuple[AppFuture, float]] = {}
         self._agent_job: dict[str, str] = {}  # agent id -> the job it last ran ranks of
@@ -105,7 +140,9 @@ class Controller:
         if self.source is not None:
             self.source.attach(self._wake.set)
         provider = executor.provider
-        if getattr(provider, "demand", False) is None:
+        # duck-typed: a BackfillProvider has ``demand`` (None until someone sets it); importing
+        # the class here would tie the controller to the provider
+        if provider is not None and getattr(provider, "demand", False) is None:
             provider.demand = self.demand  # type: ignore[attr-defined]
 
     # ------------------------------------------------------------------ public API
@@ -135,7 +172,7 @@ class Controller:
         """The coordinator token of job ``name`` (agents derive the same from their spec)."""
         return coordinator_token(self._token, name)
 
-    def register(self, job: ElasticJob, spec: JobSpec) -> None:
+    def register(self, job: ControlledJob, spec: JobSpec) -> None:
         """Schedule ``job`` (called by ``@malleable_app``)."""
         with self._lock:
             self.core.add_job(spec, self.clock())

@@ -15,17 +15,38 @@ import logging
 import socket
 import socketserver
 import threading
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from parsl_malleable.elastic.wire import LineReader, challenge, send_message
-
-if TYPE_CHECKING:
-    from parsl_malleable.elastic.coordinator import Coordinator
 
 logger = logging.getLogger(__name__)
 
 AUTH_TIMEOUT_S = 10.0
 MAX_UNAUTHENTICATED = 32
+
+
+class ServedCoordinator(Protocol):
+    """What the front end needs of the coordinator it serves.
+
+    :class:`~parsl_malleable.elastic.coordinator.Coordinator` is the one implementation; naming
+    only these members here, rather than importing it, keeps the dependency one way (the
+    coordinator starts its server, the server never imports the coordinator).
+    """
+
+    token: str
+    heartbeat_timeout_s: float
+
+    def handle(self, message: dict[str, Any]) -> dict[str, Any]:
+        """Answer one request from a rank."""
+        ...
+
+    def liveness_opened(self, member_id: str, sock: socket.socket) -> None:
+        """Note that a rank's liveness connection is open on ``sock``."""
+        ...
+
+    def member_lost(self, member_id: str, why: str) -> None:
+        """Note that a rank's liveness connection closed or went silent."""
+        ...
 
 
 class _Handler(socketserver.StreamRequestHandler):
@@ -85,7 +106,7 @@ class _Handler(socketserver.StreamRequestHandler):
 
 
 class CoordinatorServer(socketserver.ThreadingTCPServer):
-    """Serves one :class:`Coordinator`; :meth:`drop_connections` ends every open connection."""
+    """Serves one coordinator; :meth:`drop_connections` ends every open connection."""
 
     daemon_threads = True
     allow_reuse_address = True
@@ -94,7 +115,7 @@ class CoordinatorServer(socketserver.ThreadingTCPServer):
     def __init__(
         self,
         address: tuple[str, int],
-        coordinator: Coordinator,
+        coordinator: ServedCoordinator,
         auth_timeout_s: float | None = None,
     ) -> None:
         self.coordinator = coordinator

@@ -80,6 +80,11 @@ class ElasticDDP(nn.Module):
     DDP's do. Created by ``ctx.wrap(model, **ddp_options)``; ``ddp_options`` go to DDP.
     """
 
+    # Declared so that reads get these types, not nn.Module.__getattr__'s Tensor | Module.
+    _ddp: DistributedDataParallel | None
+    _ddp_options: dict[str, Any]
+    _hook_state: _HookState | None
+
     def __init__(self, module: nn.Module, **ddp_options: Any) -> None:
         super().__init__()
         self.module = module
@@ -96,7 +101,7 @@ class ElasticDDP(nn.Module):
                 "the wrapped model has no process group: call it inside the loop given to "
                 "ctx.run (groups exist only there)"
             )
-        return self._ddp  # type: ignore[no-any-return]
+        return self._ddp
 
     @property
     def failure(self) -> BaseException | None:

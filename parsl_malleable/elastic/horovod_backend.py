@@ -117,6 +117,8 @@ def _make_server_class() -> tuple[type, type]:
     class PreBarrierHandler(RendezvousHandler):
         """Horovod's handler, plus ``GET /parsl_malleable/status`` reporting who has arrived."""
 
+        path: str  # BaseHTTPRequestHandler's request path (Horovod's class is untyped)
+
         def _admit(self) -> bool:
             """Strip the epoch's capability off the path; 403 (and ``False``) without it."""
             first, _, rest = self.path.removeprefix("/").partition("/")
@@ -237,14 +239,18 @@ class HorovodRendezvousHost:
 
     def start(self) -> None:
         """Load Horovod's server code (idempotent); servers start per epoch."""
+        self._loaded_server_class()
+
+    def _loaded_server_class(self) -> type:
         if self._server_class is None:
             self._server_class, _ = _make_server_class()
+        return self._server_class
 
     def prepare_epoch(self, epoch: int, world_size: int) -> RendezvousInfo:
         """Start the rendezvous server of ``epoch`` for ``world_size`` ranks."""
         if not isinstance(world_size, int) or world_size < 1:
             raise ValueError(f"world_size must be a positive integer, got {world_size!r}")
-        self.start()
+        server_class = self._loaded_server_class()
         from horovod.runner.common.util.hosts import SlotInfo
 
         with self._lock:
@@ -254,7 +260,7 @@ class HorovodRendezvousHost:
                     f"({sorted(self._servers)}); epochs must increase"
                 )
             capability = secrets.token_hex(16)
-            server = self._server_class((self.bind, 0), epoch, world_size, capability)
+            server = server_class((self.bind, 0), epoch, world_size, capability)
             # Horovod clears a scope once all its members have finished forming the group, so it
             # must know each scope's size: one host per rank, hence local size 1.
             server.init(

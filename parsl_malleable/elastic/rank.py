@@ -216,15 +216,16 @@ class RankContext:
         size or are empty.
         """
         params = [p for p in model.parameters() if p.requires_grad]
+        grads: list[torch.Tensor] = []
         for p in params:
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
-        grads = [p.grad for p in params]
+            grads.append(p.grad)
         if local_count is not None and global_count:
             weight = local_count * self.world_size / global_count
             for g in grads:
                 g.mul_(weight)
-        self.allreduce_mean_(grads)  # type: ignore[arg-type]
+        self.allreduce_mean_(grads)
 
     def run(self, loop: Callable[[ElasticState], T], state: ElasticState) -> T:
         """Train with ``loop(state)`` until it returns, across any number of membership changes.

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 from collections import OrderedDict
+from collections.abc import Iterable
 from typing import Any
 
 import torch
@@ -30,7 +31,7 @@ _LEAF_TYPES: tuple[type, ...] = (
     torch.Size,
     torch.device,
 )
-_CONTAINER_TYPES: tuple[type, ...] = (dict, OrderedDict, list, tuple, set)
+_CONTAINER_TYPES: tuple[type[Iterable[Any]], ...] = (dict, OrderedDict, list, tuple, set)
 
 
 def check_loadable(value: Any, where: str, error: type[Exception] = ValueError) -> None:

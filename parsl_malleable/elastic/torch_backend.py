@@ -105,13 +105,15 @@ class TorchBackend:
         self._timeout = datetime.timedelta(seconds=timeout_s)
         self._store = CoordinatorStore(*self._coordinator, timeout_s=timeout_s)
         prefixed = dist.PrefixStore(epoch_prefix(info.epoch), self._store)
+        group: dist.ProcessGroupNCCL | dist.ProcessGroupGloo
         if self._device_backend == "nccl":
             options = dist.ProcessGroupNCCL.Options()
             options._timeout = self._timeout
             torch.cuda.set_device(rank % torch.cuda.device_count())
             group = dist.ProcessGroupNCCL(prefixed, rank, info.world_size, options)
         else:
-            gloo = dist.ProcessGroupGloo._Options()
+            # private (no public way to pick Gloo's devices), so absent from torch's stubs
+            gloo = dist.ProcessGroupGloo._Options()  # type: ignore[attr-defined]
             gloo._timeout = self._timeout
             # Listen (and connect) on the interface that reaches the coordinator, not on
             # whatever the host name resolves to.

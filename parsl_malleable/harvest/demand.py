@@ -17,7 +17,7 @@ from typing import Any
 from parsl_malleable.allocate.api import allocate
 from parsl_malleable.allocate.spec import NodeWindow, TrainingJob
 from parsl_malleable.harvest.ledger import BlockInfo
-from parsl_malleable.windows.snapshot import Snapshot
+from parsl_malleable.snapshot import Snapshot
 from parsl_malleable.windows.window import Window
 
 

@@ -25,7 +25,7 @@ from parsl_malleable.schedulers.pbs import PBSScheduler
 from parsl_malleable.schedulers.records import JobStatus, OutputParseError
 from parsl_malleable.schedulers.slurm import SlurmScheduler
 from parsl_malleable.schedulers.slurm_parse import parse_test_only
-from parsl_malleable.windows.snapshot import Snapshot
+from parsl_malleable.snapshot import Snapshot
 
 OURS_PREFIX = "pm-block"
 

@@ -13,8 +13,8 @@ import time
 from parsl_malleable.harvest.planning import harvest_windows
 from parsl_malleable.harvest.profile import SiteProfile
 from parsl_malleable.harvest.yielding import blocks_in_the_way
+from parsl_malleable.snapshot import Node, NodeState, PendingJob, RunningJob, Snapshot
 from parsl_malleable.windows.predict import WindowPredictor
-from parsl_malleable.windows.snapshot import Node, NodeState, PendingJob, RunningJob, Snapshot
 
 _NOW = 1_800_000_000.0
 

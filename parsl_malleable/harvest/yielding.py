@@ -14,8 +14,8 @@ import dataclasses
 import math
 from collections.abc import Mapping
 
+from parsl_malleable.snapshot import Node, NodeState, Reservation, Snapshot
 from parsl_malleable.windows.predict import WindowPredictor
-from parsl_malleable.windows.snapshot import Node, NodeState, Reservation, Snapshot
 
 # Scheduler plans are whole seconds; a first use this close to the deadline is not a delay.
 DEFAULT_TOLERANCE_S = 1.0

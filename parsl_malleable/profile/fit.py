@@ -97,8 +97,9 @@ def fit_scaling(
     for i, ti in enumerate(active):
         for k, tk in enumerate(active):
             cov[ti, tk] = inv[i, k]
+    a, b, c = (float(p) for p in params)
     return ScalingFit(
-        tuple(float(p) for p in params),
+        (a, b, c),
         tuple(tuple(float(v) for v in row) for row in cov),
         tuple(int(v) for v in sizes),
         extrapolation_rel,

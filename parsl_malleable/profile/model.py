@@ -79,7 +79,7 @@ class CurveModel:
         mean = self.weights @ mean_arr
         return mean, self.weights @ (var_arr + (mean_arr - mean) ** 2)
 
-    def predict(self, sizes: Sequence[int]) -> tuple[list[float], list[float]]:
+    def predict(self, sizes: Sequence[float]) -> tuple[list[float], list[float]]:
         """Throughput (samples/s) and its standard error (delta method) at ``sizes``."""
         mean, var = self.log_efficiency(sizes)
         rates = [n * math.exp(z) for n, z in zip(sizes, mean, strict=True)]

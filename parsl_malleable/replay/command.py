@@ -22,7 +22,9 @@ from parsl_malleable.replay.scenario import (
     workload_jobs,
 )
 
-DEMO = {"nodes": 500, "days": 1.0, "jobs": 20, "policies": ("freetrain", "malletrain", "ours")}
+# --demo: a day of 500 of Summit's nodes, 20 jobs, the three policies
+DEMO_NODES, DEMO_DAYS, DEMO_JOBS = 500, 1.0, 20
+DEMO_POLICIES = ("freetrain", "malletrain", "ours")
 
 
 def result_table(results: list[ReplayResult]) -> Table:
@@ -47,7 +49,7 @@ def result_table(results: list[ReplayResult]) -> Table:
         table.add_row(
             r.policy,
             f"{s['finished']}/{s['jobs']}",
-            f"{s['samples'] / 1e9:.3f}",
+            f"{float(s['samples']) / 1e9:.3f}",
             f"{s['efficiency']:.1%}",
             f"{s['scaling_efficiency']:.1%}",
             f"{s['harvested_fraction']:.1%}",
@@ -122,7 +124,7 @@ def replay(
     """Replay an idle-node timeline with a training workload under each policy."""
     console = Console()
     if demo:
-        nodes, days, jobs = nodes or DEMO["nodes"], days or DEMO["days"], jobs or DEMO["jobs"]
+        nodes, days, jobs = nodes or DEMO_NODES, days or DEMO_DAYS, jobs or DEMO_JOBS
     try:
         if trace_path is not None:
             timeline = trace_timeline(trace_path, days)
@@ -130,7 +132,7 @@ def replay(
             timeline = summit_timeline(nodes, days)
         work = workload_jobs(workload, timeline, jobs, keep_submits=not (demo or days or nodes))
         results = []
-        for name in policies or DEMO["policies"]:
+        for name in policies or DEMO_POLICIES:
             policy = make_policy(name, t_fwd=t_fwd, objective=objective)
             with console.status(f"replaying {name} ..."):
                 result = run_replay(timeline, work, policy, max_jobs=max_jobs, seed=seed)

@@ -1,7 +1,7 @@
 """Scheduler adapters (Slurm, PBS Pro, the emulated site): commands, parsers, snapshots.
 
 ``SlurmScheduler`` and ``PBSScheduler`` read live scheduler state into a
-:class:`~parsl_malleable.windows.snapshot.Snapshot` and submit, test, poll and cancel
+:class:`~parsl_malleable.snapshot.Snapshot` and submit, test, poll and cancel
 whole-node blocks. Every command goes through :func:`~.commands.run_command`, so failures
 arrive as :class:`~parsl_malleable.errors.SchedulerCommandError`. See docs/schedulers.md.
 """

@@ -35,7 +35,7 @@ from parsl_malleable.schedulers.emulated_blocks import EmulatedBlock
 from parsl_malleable.schedulers.emulated_settings import EmulatedSettings
 from parsl_malleable.schedulers.emulated_trace import NativeJob, NativeSchedule, native_schedule
 from parsl_malleable.schedulers.records import JobState, JobStatus
-from parsl_malleable.windows.snapshot import Node, NodeState, PendingJob, RunningJob, Snapshot
+from parsl_malleable.snapshot import Node, NodeState, PendingJob, RunningJob, Snapshot
 
 logger = logging.getLogger(__name__)
 

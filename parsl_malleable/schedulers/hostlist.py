@@ -31,7 +31,9 @@ def expand_hostlist(text: str) -> list[str]:
 
 
 def _split_top_level(text: str) -> list[str]:
-    items, depth, current = [], 0, []
+    items: list[str] = []
+    depth = 0
+    current: list[str] = []
     for ch in text:
         if ch == "[":
             depth += 1

@@ -27,7 +27,7 @@ from parsl_malleable.schedulers.records import (
     JobStatus,
     parse_output,
 )
-from parsl_malleable.windows.snapshot import Node, PendingJob, Reservation, RunningJob, Snapshot
+from parsl_malleable.snapshot import Node, PendingJob, Reservation, RunningJob, Snapshot
 
 
 def build_pbs_snapshot(

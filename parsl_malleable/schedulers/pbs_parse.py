@@ -17,7 +17,7 @@ from typing import Any
 
 from parsl_malleable.schedulers.hostlist import natural_key
 from parsl_malleable.schedulers.records import JobState, OutputParseError
-from parsl_malleable.windows.snapshot import Node, NodeState, Reservation
+from parsl_malleable.snapshot import Node, NodeState, Reservation
 
 
 def load_json(text: str, what: str) -> dict[str, Any]:
@@ -252,7 +252,8 @@ def _parse_job(job_id: str, attrs: Any) -> PBSJob:
         nodes = vnodes_of(attrs["exec_host"])
     if state in (JobState.RUNNING, JobState.SUSPENDED) and not nodes:
         raise OutputParseError(f"{where}: exec_vnode", "missing for a running job")
-    estimated = attrs.get("estimated") if isinstance(attrs.get("estimated"), Mapping) else {}
+    raw_estimated = attrs.get("estimated")
+    estimated = raw_estimated if isinstance(raw_estimated, Mapping) else {}
     expected = when("start_time", estimated, "estimated.start_time")
     end = when("obittime") if state.finished else None
     if end is None and state.finished:

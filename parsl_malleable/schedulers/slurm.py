@@ -32,7 +32,7 @@ from parsl_malleable.schedulers.slurm_parse import (
     parse_squeue,
     parse_test_only,
 )
-from parsl_malleable.windows.snapshot import PendingJob, Reservation, RunningJob, Snapshot
+from parsl_malleable.snapshot import PendingJob, Reservation, RunningJob, Snapshot
 
 ACTIVE_STATES = "PENDING,RUNNING,CONFIGURING,COMPLETING,SUSPENDED"
 # Pending jobs the backfill scheduler never plans for: they hold no future nodes.

@@ -14,7 +14,7 @@ from datetime import datetime
 
 from parsl_malleable.schedulers.hostlist import expand_hostlist, natural_key
 from parsl_malleable.schedulers.records import JobState, OutputParseError
-from parsl_malleable.windows.snapshot import Node, NodeState, Reservation
+from parsl_malleable.snapshot import Node, NodeState, Reservation
 
 # (field, squeue -o code). The job name comes last because it is the only free-text field:
 # a '|' inside a name then cannot shift the other columns.

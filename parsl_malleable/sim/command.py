@@ -89,6 +89,7 @@ def sim(
         else:
             from parsl_malleable.traces.read import detect_format, read_trace
 
+            assert trace_path is not None  # checked above: a trace or --demo
             options: dict[str, int] = {}
             if cores_per_node is not None:
                 options["cores_per_node"] = cores_per_node

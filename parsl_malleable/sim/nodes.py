@@ -48,8 +48,9 @@ def bits_take(bits: np.ndarray, lo: int, k: int, out: np.ndarray) -> int:
             w += 1
             continue
         while x != 0 and c < k:
-            b = np.int64(trailing_zeros(x))
-            out[c] = w * 64 + b
+            # numba passes the typing context itself; mypy reads the intrinsic's raw signature
+            low = np.int64(trailing_zeros(x))  # type: ignore[call-arg]
+            out[c] = w * 64 + low
             c += 1
             x &= x - ONE
         bits[w] = x

@@ -126,7 +126,7 @@ def plan_queue(
     ends = np.full(len(pending), np.inf)
     nodes_of: list[list[Hashable]] = [[] for _ in pending]
     needed = np.full(n_nodes, np.inf)
-    for pos, i in enumerate(sel):
+    for pos, i in enumerate(sel.tolist()):
         j = n_pre + pos
         if np.isnan(start[j]):
             continue

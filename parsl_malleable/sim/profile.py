@@ -21,7 +21,7 @@ INF = np.inf
 @njit(cache=True)
 def prof_find(pt: np.ndarray, m: int, t: float) -> int:
     """Index of the step that contains time ``t`` (the last ``i`` with ``pt[i] <= t``)."""
-    return np.searchsorted(pt[:m], t, side="right") - 1
+    return int(np.searchsorted(pt[:m], t, side="right")) - 1
 
 
 @njit(cache=True)

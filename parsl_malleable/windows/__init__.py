@@ -1,24 +1,16 @@
 """Idle-window prediction: how long will each idle node stay idle?
 
-The snapshot model is imported eagerly (the scheduler adapters fill it); the predictor, which
-loads the simulator's numba kernel, is imported on first use of its names. The function
-``predict`` lives in :mod:`parsl_malleable.windows.predict` (a package attribute of that name
-would be shadowed by the submodule).
+The snapshot it reads lives below this package, in :mod:`parsl_malleable.snapshot` (the scheduler
+adapters fill it and must not import the predictor). The predictor, which loads the simulator's
+numba kernel, is imported on first use of its names. The function ``predict`` lives in
+:mod:`parsl_malleable.windows.predict` (a package attribute of that name would be shadowed by the
+submodule).
 """
 
 from __future__ import annotations
 
 import importlib
 from typing import Any
-
-from parsl_malleable.windows.snapshot import (
-    Node,
-    NodeState,
-    PendingJob,
-    Reservation,
-    RunningJob,
-    Snapshot,
-)
 
 _LAZY = {
     "WindowPredictor": "parsl_malleable.windows.predict",
@@ -36,14 +28,8 @@ __all__ = [
     "ArrivalModel",
     "BlockCosts",
     "CheckedSnapshot",
-    "Node",
-    "NodeState",
     "NodeWindows",
-    "PendingJob",
-    "Reservation",
-    "RunningJob",
     "RuntimeRatioModel",
-    "Snapshot",
     "Window",
     "WindowPredictor",
     "check_snapshot",

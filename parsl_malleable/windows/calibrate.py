@@ -182,7 +182,7 @@ class WindowCalibration:
         factors = self.factors(quantile, t)
         if predicted is None:
             predicted = self._scale(factors[groups], base)
-        cols = (
+        cols: tuple[np.ndarray, ...] = (
             base,
             np.asarray(actual, dtype=float),
             np.asarray(complete, dtype=bool),

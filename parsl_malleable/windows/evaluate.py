@@ -58,8 +58,11 @@ from parsl_malleable.windows.runtime_model import RuntimeRatioModel
 POLICY_NAMES = ("corrected", "expected", "naive", "calibrated", "conformal")
 # the second quantile whose coverage is scored (no blocks): the median window
 MEDIAN = 0.5
-CHOICES = {"quantile": ("corrected", "naive"), "expected": ("expected", "naive")}
-CHOICES["both"] = ("corrected", "expected", "naive")
+CHOICES: dict[str, tuple[str, ...]] = {
+    "quantile": ("corrected", "naive"),
+    "expected": ("expected", "naive"),
+    "both": ("corrected", "expected", "naive"),
+}
 
 
 @dataclass(frozen=True)
@@ -458,7 +461,8 @@ class _Run:
             self._place("conformal", ids, t, conformal[q])
             self.naive_free[ids] = nw.naive >= horizon
             resolved = seen & (t + actual < self.timeline.t1)
-            if nw.samples.shape[0] and resolved.any():
+            # evaluate() gives the run a QuantileCalibration whenever the predictor calibrates
+            if self.calibration is not None and nw.samples.shape[0] and resolved.any():
                 # known once the window has ended (or reached the horizon)
                 self.calibration.record(
                     t + capped[resolved], pit(nw.samples[:, resolved], capped[resolved])

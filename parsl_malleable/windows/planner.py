@@ -96,10 +96,10 @@ def plan_input(checked: CheckedSnapshot) -> PlanInput:
         limits.append(limit)
     n_pre = len(k)
     pending_keys: list[JobKey] = []
-    for job, limit in zip(checked.pending, checked.pending_limits, strict=True):
-        k.append(job.num_nodes)
+    for queued, limit in zip(checked.pending, checked.pending_limits, strict=True):
+        k.append(queued.num_nodes)
         est.append(max(limit, MIN_PLAN_SECONDS))
-        pending_keys.append(JobKey(job.num_nodes, job.partition, job.user))
+        pending_keys.append(JobKey(queued.num_nodes, queued.partition, queued.user))
     idle_names = [n for n in checked.idle if n in ids]
     cap = np.array([checked.reserved_from.get(n, math.inf) for n in idle_names], dtype=float)
     return PlanInput(
@@ -162,9 +162,9 @@ def first_use_and_starts(
     idle_first, idle_count, idle_s, idle_e = out[8], out[9], out[10], out[11]
     taken = np.full(plan.n_nodes, math.inf)
     # a hole that began at `now` belongs to a node idle at `now`: its end is the first use
-    for r in np.flatnonzero(idle_s == plan.now):
-        f, c = int(idle_first[r]), int(idle_count[r])
-        np.minimum(taken[f : f + c], idle_e[r], out=taken[f : f + c])
+    for h in np.flatnonzero(idle_s == plan.now):
+        f, c = int(idle_first[h]), int(idle_count[h])
+        np.minimum(taken[f : f + c], idle_e[h], out=taken[f : f + c])
     for j in np.flatnonzero(start[plan.n_pre :] == plan.now) + plan.n_pre:
         for r in range(run_off[j], run_off[j] + run_cnt[j]):
             taken[run_first[r] : run_first[r] + run_len[r]] = plan.now

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from parsl_malleable.snapshot import Snapshot
 from parsl_malleable.windows.accounting import BlockCosts
 from parsl_malleable.windows.arrivals import ArrivalModel
 from parsl_malleable.windows.calibrate import WindowCalibration
@@ -29,7 +30,6 @@ from parsl_malleable.windows.planner import (
     plan_input,
 )
 from parsl_malleable.windows.runtime_model import RuntimeRatioModel
-from parsl_malleable.windows.snapshot import Snapshot
 from parsl_malleable.windows.validate import CheckedSnapshot, check_snapshot
 from parsl_malleable.windows.window import Window, group_windows
 

@@ -2,7 +2,7 @@
 
 A :class:`ReplayState` walks the replay's events in time order and keeps the running set,
 the pending queue (in the simulator's priority order: input order) and the idle nodes up to
-date, so a :class:`~parsl_malleable.windows.snapshot.Snapshot` at any event costs one list
+date, so a :class:`~parsl_malleable.snapshot.Snapshot` at any event costs one list
 assembly. Node ``i`` of the simulator is named :func:`~parsl_malleable.sim.simulate.node_name`
 ``(i)`` and listed in id order, so the planner numbers nodes exactly as the replay did.
 """
@@ -14,8 +14,8 @@ import math
 import numpy as np
 
 from parsl_malleable.sim.simulate import SimResult, node_name
+from parsl_malleable.snapshot import Node, NodeState, PendingJob, RunningJob, Snapshot
 from parsl_malleable.traces.schema import JobTrace
-from parsl_malleable.windows.snapshot import Node, NodeState, PendingJob, RunningJob, Snapshot
 
 
 class ReplayState:
@@ -40,8 +40,7 @@ class ReplayState:
         size = jobs["nodes"].to_numpy()
         self._running: dict[int, RunningJob] = {}
         self._pending: dict[int, PendingJob] = {}
-        for r in self.rows:
-            r = int(r)
+        for r in self.rows.tolist():
             limit = None if math.isnan(self.walltime[r]) else float(self.walltime[r])
             self._running[r] = RunningJob(
                 str(r),

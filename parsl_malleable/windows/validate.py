@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from parsl_malleable.errors import SnapshotError
 from parsl_malleable.sim.engine import POLICIES
-from parsl_malleable.windows.snapshot import NodeState, PendingJob, RunningJob, Snapshot
+from parsl_malleable.snapshot import NodeState, PendingJob, RunningJob, Snapshot
 
 UNUSABLE = (NodeState.DOWN, NodeState.DRAINED, NodeState.RESERVED)
 
@@ -122,18 +122,18 @@ def check_snapshot(snapshot: Snapshot) -> CheckedSnapshot:
     pending: list[PendingJob] = []
     pending_limits: list[float] = []
     skipped: list[tuple[str, str]] = []
-    for job in snapshot.pending:
-        if job.num_nodes <= 0:
-            raise SnapshotError(f"pending job {job.job_id} asks for {job.num_nodes} nodes")
-        limit = _limit(job, default, notes)
-        size = partition_size.get(job.partition, partition_size[""])
-        if job.num_nodes > size:
-            where = f"partition {job.partition!r}" if job.partition else "the machine"
-            reason = f"asks {job.num_nodes} nodes, {where} has {size} usable"
-            skipped.append((job.job_id, reason))
-            notes.append(f"job {job.job_id}: {reason}; skipped")
+    for queued in snapshot.pending:
+        if queued.num_nodes <= 0:
+            raise SnapshotError(f"pending job {queued.job_id} asks for {queued.num_nodes} nodes")
+        limit = _limit(queued, default, notes)
+        size = partition_size.get(queued.partition, partition_size[""])
+        if queued.num_nodes > size:
+            where = f"partition {queued.partition!r}" if queued.partition else "the machine"
+            reason = f"asks {queued.num_nodes} nodes, {where} has {size} usable"
+            skipped.append((queued.job_id, reason))
+            notes.append(f"job {queued.job_id}: {reason}; skipped")
             continue
-        pending.append(job)
+        pending.append(queued)
         pending_limits.append(limit)
 
     reserved_from: dict[str, float] = {}

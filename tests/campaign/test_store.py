@@ -9,7 +9,7 @@ import pytest
 from parsl_malleable.campaign.results import harvest_fraction, results_frame, write_results
 from parsl_malleable.campaign.sample import job_sample, site_counts
 from parsl_malleable.campaign.store import CampaignStore
-from parsl_malleable.windows.snapshot import Node, NodeState, RunningJob, Snapshot
+from parsl_malleable.snapshot import Node, NodeState, RunningJob, Snapshot
 
 
 def test_jobs_are_inserted_once_and_a_changed_spec_is_reported(tmp_path: Path) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from parsl_malleable.windows.snapshot import Node, NodeState, PendingJob, RunningJob, Snapshot
+from parsl_malleable.snapshot import Node, NodeState, PendingJob, RunningJob, Snapshot
 
 NOW = 1_000_000.0
 NAMES = [f"n{i}" for i in range(1, 7)]

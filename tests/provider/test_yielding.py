@@ -11,7 +11,7 @@ from parsl_malleable.harvest.yielding import (
     reservation_in_the_way,
     snapshot_without_blocks,
 )
-from parsl_malleable.windows.snapshot import NodeState, Reservation
+from parsl_malleable.snapshot import NodeState, Reservation
 
 from .snapshots import NOW, block, machine, native, queued
 

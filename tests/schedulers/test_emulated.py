@@ -27,7 +27,7 @@ from parsl_malleable.schedulers.emulated_trace import (
 )
 from parsl_malleable.schedulers.records import JobState
 from parsl_malleable.sim.simulate import simulate
-from parsl_malleable.windows.snapshot import NodeState
+from parsl_malleable.snapshot import NodeState
 from tests.provider.conftest import wait_for as poll_until
 
 REPO = Path(__file__).resolve().parents[2]

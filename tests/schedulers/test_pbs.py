@@ -28,7 +28,7 @@ from parsl_malleable.schedulers.pbs_parse import (
     vnodes_of,
 )
 from parsl_malleable.schedulers.records import JobState, OutputParseError
-from parsl_malleable.windows.snapshot import NodeState
+from parsl_malleable.snapshot import NodeState
 
 from .conftest import PBS_DATA
 

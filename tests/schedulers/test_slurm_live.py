@@ -13,7 +13,7 @@ import parsl_malleable.schedulers.slurm as slurm_module
 from parsl_malleable.errors import SchedulerCommandError
 from parsl_malleable.schedulers.records import JobState
 from parsl_malleable.schedulers.slurm import SlurmScheduler
-from parsl_malleable.windows.snapshot import NodeState, Snapshot
+from parsl_malleable.snapshot import NodeState, Snapshot
 
 from .conftest import SlurmCluster, sbatch
 

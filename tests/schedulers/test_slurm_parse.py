@@ -25,7 +25,7 @@ from parsl_malleable.schedulers.slurm_parse import (
     parse_test_only,
     parse_timestamp,
 )
-from parsl_malleable.windows.snapshot import NodeState
+from parsl_malleable.snapshot import NodeState
 
 from .conftest import DATA
 

@@ -10,12 +10,7 @@ from hypothesis import strategies as st
 
 from parsl_malleable.errors import SnapshotError
 from parsl_malleable.sim.plan import plan_queue
-from parsl_malleable.windows.accounting import BlockCosts
-from parsl_malleable.windows.arrivals import ArrivalModel
-from parsl_malleable.windows.choose import expected_lengths
-from parsl_malleable.windows.predict import WindowPredictor, predict
-from parsl_malleable.windows.runtime_model import JobKey, RuntimeRatioModel
-from parsl_malleable.windows.snapshot import (
+from parsl_malleable.snapshot import (
     Node,
     NodeState,
     PendingJob,
@@ -23,6 +18,11 @@ from parsl_malleable.windows.snapshot import (
     RunningJob,
     Snapshot,
 )
+from parsl_malleable.windows.accounting import BlockCosts
+from parsl_malleable.windows.arrivals import ArrivalModel
+from parsl_malleable.windows.choose import expected_lengths
+from parsl_malleable.windows.predict import WindowPredictor, predict
+from parsl_malleable.windows.runtime_model import JobKey, RuntimeRatioModel
 
 IDL, BUSY = NodeState.IDLE, NodeState.ALLOCATED
 

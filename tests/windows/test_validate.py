@@ -7,7 +7,7 @@ import math
 import pytest
 
 from parsl_malleable.errors import SnapshotError
-from parsl_malleable.windows.snapshot import (
+from parsl_malleable.snapshot import (
     Node,
     NodeState,
     PendingJob,
