@@ -95,6 +95,7 @@ def _id_number(job_id: str) -> int:
 
 def format_walltime(walltime_s: float) -> str:
     """``HH:MM:SS`` for ``-l walltime``, rounded down to whole seconds (at least one)."""
+    # Parsl formats no walltime (its providers take the user's HH:MM:SS string as given).
     seconds = math.floor(walltime_s)
     if seconds < 1:
         raise ValueError(f"walltime_s={walltime_s}: need at least one second")

@@ -128,6 +128,8 @@ def _id_number(job_id: str) -> int:
 
 def walltime_minutes(walltime_s: float) -> int:
     """Whole minutes for ``--time``, rounded DOWN so a block never outlives its window."""
+    # Parsl has no seconds-to-limit helper (parsl.utils.wtime_to_minutes parses HH:MM:SS and
+    # only warns below a minute, where a block must be refused).
     minutes = math.floor(walltime_s / 60.0)
     if minutes < 1:
         raise ValueError(f"walltime_s={walltime_s}: Slurm limits are whole minutes; need >= 60 s")
