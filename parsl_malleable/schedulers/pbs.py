@@ -8,12 +8,13 @@ stand-in commands that print them.
 
 from __future__ import annotations
 
+import contextlib
 import math
-import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
-from parsl_malleable.schedulers.base import CommandScheduler, Script, SiteDestination, output_beside
+from parsl_malleable.schedulers.base import Script, SiteDestination
+from parsl_malleable.schedulers.command_scheduler import CommandScheduler
 from parsl_malleable.schedulers.pbs_parse import (
     PBSJob,
     parse_pbs_rstat,
@@ -115,6 +116,10 @@ class PBSScheduler(CommandScheduler):
     GONE = ("unknown job id", "job has finished", "request invalid for state of job")
     UNKNOWN_JOB = ("unknown job id",)
     OUTPUT = "{name}.out"
+    parse_nodes = staticmethod(parse_pbsnodes)
+    parse_jobs = staticmethod(parse_qstat)
+    parse_reservations = staticmethod(parse_pbs_rstat)
+    parse_submitted = staticmethod(parse_qsub)
     signals_before_walltime = False
 
     def __init__(
@@ -130,30 +135,22 @@ class PBSScheduler(CommandScheduler):
         self.default_time_limit = default_time_limit
 
     @classmethod
-    def from_profile(
-        cls, profile: SiteDestination, env: Mapping[str, str] | None = None
-    ) -> PBSScheduler:
-        """Blocks to the profile's queue, charged to its account."""
-        return cls(
-            queue=profile.queue,
-            account=profile.account,
-            reservations=profile.reservations,
-            timeout_s=profile.command_timeout_s,
-            retries=profile.command_retries,
-            env=env,
-        )
+    def settings_of(cls, profile: SiteDestination) -> dict[str, Any]:
+        """Blocks to the profile's queue."""
+        return {"queue": profile.queue}
 
-    def snapshot(self) -> Snapshot:
-        """Nodes, running and queued jobs (and reservations) now, in two or three queries."""
-        now = self.clock()
-        argv = ["pbsnodes", "-a", "-F", "json"]
-        nodes = parse_output(argv, parse_pbsnodes, self.run(argv).stdout)
-        argv = ["qstat", "-f", "-F", "json"]
-        jobs = parse_output(argv, parse_qstat, self.run(argv).stdout)
-        reservations: list[Reservation] = []
-        if self.reservations:
-            argv = ["pbs_rstat", "-f"]
-            reservations = parse_output(argv, parse_pbs_rstat, self.run(argv).stdout)
+    def nodes_argv(self) -> list[str]:
+        return ["pbsnodes", "-a", "-F", "json"]
+
+    def jobs_argv(self) -> list[str]:
+        return ["qstat", "-f", "-F", "json"]
+
+    def reservations_argv(self) -> list[str]:
+        return ["pbs_rstat", "-f"]
+
+    def build_snapshot(
+        self, now: float, nodes: list[Node], jobs: list[PBSJob], reservations: list[Reservation]
+    ) -> Snapshot:
         return build_pbs_snapshot(
             now,
             nodes,
@@ -164,21 +161,19 @@ class PBSScheduler(CommandScheduler):
             default_time_limit=self.default_time_limit,
         )
 
-    def qsub_argv(
+    def submit_argv(
         self,
-        script: Script,
         *,
         nodes: int,
         walltime_s: float,
-        queue: str | None = None,
+        node_ids: Sequence[str] = (),
         job_name: str | None = None,
         output: str | None = None,
+        queue: str | None = None,
         extra_args: Sequence[str] = (),
     ) -> list[str]:
-        """qsub arguments for one whole-node block (``select=N``, ``place=scatter:excl``).
-
-        ``script`` is a script path or an argument vector (``qsub ... -- prog args``).
-        """
+        """qsub options for one whole-node block (``select=N``, ``place=scatter:excl``).
+        PBS places the block itself: ``node_ids`` are not pinned."""
         if nodes < 1:
             raise ValueError(f"nodes={nodes}: need at least one node")
         argv = [
@@ -199,39 +194,17 @@ class PBSScheduler(CommandScheduler):
             argv += ["-j", "oe", "-o", output]
         if self.account:
             argv += ["-A", self.account]
-        argv += list(extra_args)
-        if isinstance(script, str | os.PathLike):
-            return [*argv, os.fspath(script)]
-        args = [str(a) for a in script]
-        if not args:
-            raise ValueError("submit needs a script path or a non-empty argument vector")
-        return [*argv, "--", *args]
+        return argv + list(extra_args)
 
-    def submit(
-        self,
-        script: Script,
-        *,
-        nodes: int,
-        walltime_s: float,
-        node_ids: Sequence[str] = (),
-        name: str | None = None,
-        queue: str | None = None,
-        output: str | None = None,
-        extra_args: Sequence[str] = (),
-    ) -> str:
-        """Submit a block with qsub; returns its job id (``1234.server``). PBS places the
-        block itself: ``node_ids`` are not pinned."""
-        name = self.block_name(name)
-        argv = self.qsub_argv(
-            script,
-            nodes=nodes,
-            walltime_s=walltime_s,
-            queue=queue,
-            job_name=name,
-            output=output or output_beside(script, self.OUTPUT, name),
-            extra_args=extra_args,
-        )
-        return parse_output(argv, parse_qsub, self.run(argv).stdout)
+    def command_tail(self, args: list[str]) -> contextlib.AbstractContextManager[list[str]]:
+        """``qsub ... -- prog args``: qsub runs the argument vector itself."""
+        return contextlib.nullcontext(["--", *args])
+
+    def qsub_argv(self, script: Script, **options: Any) -> list[str]:
+        """The whole qsub command for ``script`` (a path or an argument vector)."""
+        head = self.submit_argv(**options)
+        with self.script_tail(script) as tail:
+            return [*head, *tail]
 
     def status_argv(self, job_ids: list[str]) -> list[str]:
         # -x: finished jobs too.

@@ -7,20 +7,15 @@ Queries per :meth:`SlurmScheduler.snapshot`: ``sinfo -N`` (nodes, partitions, li
 
 from __future__ import annotations
 
+import contextlib
 import math
-import os
 import tempfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from parsl_malleable.errors import SchedulerCommandError, StartRefused
-from parsl_malleable.schedulers.base import (
-    OURS_PREFIX,
-    CommandScheduler,
-    Script,
-    SiteDestination,
-    output_beside,
-)
+from parsl_malleable.errors import StartRefused
+from parsl_malleable.schedulers.base import OURS_PREFIX, SiteDestination
+from parsl_malleable.schedulers.command_scheduler import CommandScheduler
 from parsl_malleable.schedulers.records import (
     JobState,
     JobStatus,
@@ -145,12 +140,17 @@ class SlurmScheduler(CommandScheduler):
     ``signal_margin_s`` are where blocks go and how (a site profile's destination) without
     narrowing what is read. Jobs whose name starts with ``ours_prefix`` are flagged ``ours``.
     ``env`` is added to the environment of every command (e.g. ``SLURM_CONF``, ``PATH``).
+    Snapshot queries: ``sinfo -N``, ``squeue`` and, with ``reservations``, ``scontrol``.
     """
 
     GONE = ("already completing or completed", "invalid job id")
     # squeue fails with one unknown id but prints nothing for several: same meaning.
     UNKNOWN_JOB = ("invalid job id",)
     OUTPUT = "{name}-%j.out"
+    parse_nodes = staticmethod(parse_sinfo_nodes)
+    parse_jobs = staticmethod(parse_squeue)
+    parse_reservations = staticmethod(parse_reservations)
+    parse_submitted = staticmethod(parse_sbatch_parsable)
 
     def __init__(
         self,
@@ -175,25 +175,24 @@ class SlurmScheduler(CommandScheduler):
         self.signal_margin_s = signal_margin_s
 
     @classmethod
-    def from_profile(
-        cls, profile: SiteDestination, env: Mapping[str, str] | None = None
-    ) -> SlurmScheduler:
-        """Blocks to the profile's partition/QOS/account; every partition is read."""
-        return cls(
-            submit_partition=profile.partition,
-            qos=profile.qos,
-            account=profile.account,
-            pin_nodes=profile.pin_nodes,
-            signal_margin_s=profile.signal_margin_s or None,
-            reservations=profile.reservations,
-            timeout_s=profile.command_timeout_s,
-            retries=profile.command_retries,
-            env=env,
-        )
+    def settings_of(cls, profile: SiteDestination) -> dict[str, Any]:
+        """Blocks to the profile's partition and QOS; every partition is read."""
+        return {
+            "submit_partition": profile.partition,
+            "qos": profile.qos,
+            "pin_nodes": profile.pin_nodes,
+            "signal_margin_s": profile.signal_margin_s or None,
+        }
 
-    def sinfo_argv(self) -> list[str]:
+    def nodes_argv(self) -> list[str]:
         argv = ["sinfo", "-N", "--noheader", "-o", SINFO_FORMAT]
         return argv + (["-p", self.partition] if self.partition else [])
+
+    def jobs_argv(self) -> list[str]:
+        return self.squeue_argv()
+
+    def reservations_argv(self) -> list[str]:
+        return ["scontrol", "show", "reservation", "--oneliner"]
 
     def squeue_argv(self, job_ids: Sequence[str] | None = None) -> list[str]:
         argv = ["squeue", "--noheader", "--all", "-o", SQUEUE_FORMAT]
@@ -201,29 +200,18 @@ class SlurmScheduler(CommandScheduler):
             return [*argv, f"--states={ACTIVE_STATES}"]
         return [*argv, "--states=all", "--jobs", ",".join(job_ids)]
 
-    def snapshot(self) -> Snapshot:
-        """Nodes, running and pending jobs (and reservations) now, in two or three queries."""
-        now = self.clock()
-        argv = self.sinfo_argv()
-        sinfo = parse_output(argv, parse_sinfo_nodes, self.run(argv).stdout)
-        argv = self.squeue_argv()
-        jobs = parse_output(argv, parse_squeue, self.run(argv).stdout)
-        reservations: list[Reservation] = []
-        if self.reservations:
-            argv = ["scontrol", "show", "reservation", "--oneliner"]
-            reservations = parse_output(argv, parse_reservations, self.run(argv).stdout)
-        try:
-            return build_snapshot(
-                now,
-                sinfo,
-                jobs,
-                reservations,
-                partition=self.partition,
-                ours_prefix=self.ours_prefix,
-                backfill=self.backfill,
-            )
-        except OutputParseError as exc:
-            raise SchedulerCommandError(self.squeue_argv(), f"inconsistent output: {exc}") from exc
+    def build_snapshot(
+        self, now: float, nodes: SinfoResult, jobs: list[SqueueRow], reservations: list[Reservation]
+    ) -> Snapshot:
+        return build_snapshot(
+            now,
+            nodes,
+            jobs,
+            reservations,
+            partition=self.partition,
+            ours_prefix=self.ours_prefix,
+            backfill=self.backfill,
+        )
 
     def submit_argv(
         self,
@@ -231,14 +219,17 @@ class SlurmScheduler(CommandScheduler):
         nodes: int,
         walltime_s: float,
         node_ids: Sequence[str] = (),
-        partition: str | None = None,
         job_name: str | None = None,
-        signal_margin_s: float | None = None,
         output: str | None = None,
+        partition: str | None = None,
+        signal_margin_s: float | None = None,
         workdir: str | None = None,
         extra_args: Sequence[str] = (),
     ) -> list[str]:
-        """The sbatch options for one whole-node block (without the script)."""
+        """The sbatch options for one whole-node block (without the script). The walltime is
+        rounded down to whole minutes (at least one); USR1 reaches the batch shell
+        ``signal_margin_s`` (default: the scheduler's) before the limit (Slurm may send it up
+        to 60 s earlier)."""
         if nodes < 1:
             raise ValueError(f"nodes={nodes}: need at least one node")
         argv = [
@@ -254,9 +245,10 @@ class SlurmScheduler(CommandScheduler):
             argv.append(f"--partition={partition}")
         if self.qos:
             argv.append(f"--qos={self.qos}")
-        if signal_margin_s is not None:
+        margin = signal_margin_s if signal_margin_s is not None else self.signal_margin_s
+        if margin is not None:
             # B: signal the batch shell (where the worker pool runs), not only job steps.
-            argv.append(f"--signal=B:USR1@{max(1, math.ceil(signal_margin_s))}")
+            argv.append(f"--signal=B:USR1@{max(1, math.ceil(margin))}")
         if output:
             argv.append(f"--output={output}")
         if workdir:
@@ -267,57 +259,14 @@ class SlurmScheduler(CommandScheduler):
             argv.append(f"--nodelist={','.join(node_ids)}")
         return argv + list(extra_args)
 
-    def submit(
-        self,
-        script: Script,
-        *,
-        nodes: int,
-        walltime_s: float,
-        node_ids: Sequence[str] = (),
-        name: str | None = None,
-        partition: str | None = None,
-        signal_margin_s: float | None = None,
-        output: str | None = None,
-        workdir: str | None = None,
-        extra_args: Sequence[str] = (),
-    ) -> str:
-        """Submit a block; returns its job id.
-
-        ``script`` is a batch script path, or an argument vector run on the first node
-        (passed to sbatch as arguments of a constant ``exec "$@"`` wrapper, never as a shell
-        string). The walltime is rounded down to whole minutes (at least one); USR1 reaches
-        the batch shell ``signal_margin_s`` (default: the scheduler's) before the limit (Slurm
-        may send it up to 60 s earlier). The output goes next to a script path by default.
-        """
-        name = self.block_name(name)
-        argv = self.submit_argv(
-            nodes=nodes,
-            walltime_s=walltime_s,
-            node_ids=node_ids,
-            partition=partition,
-            job_name=name,
-            signal_margin_s=signal_margin_s
-            if signal_margin_s is not None
-            else self.signal_margin_s,
-            output=output or output_beside(script, self.OUTPUT, name),
-            workdir=workdir,
-            extra_args=extra_args,
-        )
-        if isinstance(script, str | os.PathLike):
-            argv.append(os.fspath(script))
-            return self._submit(argv)
-        args = [str(a) for a in script]
-        if not args:
-            raise ValueError("submit needs a script path or a non-empty argument vector")
+    @contextlib.contextmanager
+    def command_tail(self, args: list[str]) -> Iterator[list[str]]:
+        """A constant ``exec "$@"`` wrapper script and ``args`` as its arguments."""
         with tempfile.NamedTemporaryFile("w", prefix="pm-exec-", suffix=".sh") as wrapper:
             wrapper.write(EXEC_WRAPPER)
             wrapper.flush()
             # sbatch copies the script into the job at submit time: the file may go after.
-            return self._submit([*argv, wrapper.name, *args])
-
-    def _submit(self, argv: list[str]) -> str:
-        result = self.run(argv)
-        return parse_output(argv, parse_sbatch_parsable, result.stdout)
+            yield [wrapper.name, *args]
 
     def start_estimate(
         self,
@@ -331,7 +280,8 @@ class SlurmScheduler(CommandScheduler):
         argv = self.submit_argv(
             nodes=nodes, walltime_s=walltime_s, node_ids=node_ids, partition=partition
         )
-        argv = [a for a in argv if a != "--parsable" and not a.startswith("--job-name")]
+        dropped = ("--parsable", "--job-name", "--signal")
+        argv = [a for a in argv if not a.startswith(dropped)]
         argv[1:1] = ["--test-only"]
         argv += ["--wrap", "true"]
         result = self.run(argv, check=False, label="sbatch --test-only")
