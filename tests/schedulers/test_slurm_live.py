@@ -59,7 +59,7 @@ def test_idle_cluster_snapshot(sched, slurm_cluster) -> None:
     assert snap.idle_nodes() == list(slurm_cluster.nodes)
     # sinfo does not promise an order of a node's partitions.
     assert {n.name: sorted(n.partitions) for n in snap.nodes} == {
-        name: ["batch", "harvest"] for name in slurm_cluster.nodes
+        name: ["batch", "harvest", "scavenger"] for name in slurm_cluster.nodes
     }
     assert snap.running == [] and snap.pending == []
     assert snap.default_time_limit == 3600.0
