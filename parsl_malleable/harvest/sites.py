@@ -8,6 +8,7 @@ module only picks the class by ``profile.scheduler``: no scheduler is a special 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 
 from parsl_malleable.errors import ConfigError
@@ -17,6 +18,8 @@ from parsl_malleable.schedulers.emulated import EmulatedSite
 from parsl_malleable.schedulers.pbs import PBSScheduler
 from parsl_malleable.schedulers.slurm import SlurmScheduler, queue_signature_of
 from parsl_malleable.windows.snapshot import Snapshot
+
+logger = logging.getLogger(__name__)
 
 SCHEDULERS: dict[str, type[BlockScheduler]] = {
     "slurm": SlurmScheduler,
@@ -32,6 +35,7 @@ def make_scheduler(profile: SiteProfile, env: Mapping[str, str] | None = None) -
         kind = SCHEDULERS[profile.scheduler]
     except KeyError:
         raise ConfigError(f"{profile.name}: unknown scheduler {profile.scheduler!r}") from None
+    logger.info("profile %s: scheduler %s (%s)", profile.name, profile.scheduler, kind.__name__)
     return kind.from_profile(profile, env)
 
 

@@ -31,7 +31,7 @@ class CommandScheduler(BlockScheduler):
     """A :class:`BlockScheduler` over a batch system's commands.
 
     A subclass states its queries (:meth:`nodes_argv`, :meth:`jobs_argv`,
-    :meth:`reservations_argv` with the ``parse_*`` parsers and :meth:`build_snapshot`), its
+    :meth:`reservations_argv`, the ``parse_*`` parsers and :meth:`build_snapshot`), its
     submission (:meth:`submit_argv`, :meth:`command_tail`, :attr:`parse_submitted`), its
     status, cancel and signal commands, and :attr:`GONE`, the error words meaning a job has
     ended already. Every command goes through :meth:`run`, which counts it in
@@ -44,10 +44,6 @@ class CommandScheduler(BlockScheduler):
     UNKNOWN_JOB: ClassVar[tuple[str, ...]] = ()
     #: The block's output file next to its script, formatted with the block's ``name``.
     OUTPUT: ClassVar[str] = "{name}.out"
-    parse_nodes: ClassVar[Parser]
-    parse_jobs: ClassVar[Parser]
-    parse_reservations: ClassVar[Parser]
-    parse_submitted: ClassVar[Parser]
 
     def __init__(
         self,
@@ -124,6 +120,28 @@ class CommandScheduler(BlockScheduler):
     def reservations_argv(self) -> list[str]:
         """The reservation query (parsed by :attr:`parse_reservations`)."""
 
+    # The parsers: a subclass binds each to its module's function with staticmethod().
+
+    @staticmethod
+    @abstractmethod
+    def parse_nodes(text: str) -> Any:
+        """The nodes in the output of :meth:`nodes_argv`."""
+
+    @staticmethod
+    @abstractmethod
+    def parse_jobs(text: str) -> Any:
+        """The jobs in the output of :meth:`jobs_argv`."""
+
+    @staticmethod
+    @abstractmethod
+    def parse_reservations(text: str) -> list[Reservation]:
+        """The reservations in the output of :meth:`reservations_argv`."""
+
+    @staticmethod
+    @abstractmethod
+    def parse_submitted(stdout: str) -> str:
+        """The job id in the submit command's output."""
+
     @abstractmethod
     def build_snapshot(
         self, now: float, nodes: Any, jobs: Any, reservations: list[Reservation]
@@ -139,9 +157,9 @@ class CommandScheduler(BlockScheduler):
         node_ids: Sequence[str] = (),
         job_name: str | None = None,
         output: str | None = None,
-        **options: Any,
     ) -> list[str]:
-        """The submit command for one whole-node block, without the script."""
+        """The submit command for one whole-node block, without the script; a subclass adds
+        its own keyword options (what :meth:`submit` passes on)."""
 
     @abstractmethod
     def command_tail(self, args: list[str]) -> contextlib.AbstractContextManager[list[str]]:
