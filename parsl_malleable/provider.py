@@ -88,7 +88,7 @@ class BackfillProvider(ExecutionProvider, RepresentationMixin):
 
     ``profile``: a :class:`SiteProfile`, a profile name in ``providers/`` or a YAML path;
     keyword ``overrides`` change single settings. ``scheduler``: a
-    :class:`~parsl_malleable.harvest.sites.BlockScheduler` (default: from the profile, with
+    :class:`~parsl_malleable.schedulers.base.BlockScheduler` (default: from the profile, with
     ``env`` added to every command). ``demand``: total nodes wanted, decided per poll (default:
     fill every waiting slot). ``on_yield``: called with a block's :class:`BlockInfo` when it has
     to leave, before it is cancelled (the controller drains its ranks). ``predictor``: a
@@ -344,15 +344,15 @@ class BackfillProvider(ExecutionProvider, RepresentationMixin):
 
     def _queue_changed(self) -> bool:
         """Whether a native job arrived or ended since the last snapshot (a watch query)."""
-        read = getattr(self.scheduler, "queue_signature", None)
         snap = self.last_snapshot
-        if read is None or snap is None or not self._has_running_blocks():
+        if snap is None or not self._has_running_blocks():
             return False
         try:
-            changed = read() != snapshot_signature(snap)
+            now = self.scheduler.queue_signature()
         except MalleableError as exc:
             logger.debug("queue watch: %s", exc)
             return False
+        changed = now is not None and now != snapshot_signature(snap)
         if changed:
             logger.debug("queue watch: the native queue changed; polling now")
         return changed
@@ -468,8 +468,7 @@ class BackfillProvider(ExecutionProvider, RepresentationMixin):
         """The ended blocks Slurm preempted (preemption mode). A preempted block whose workers
         left within the grace time ends with their exit status (FAILED, COMPLETED), not
         PREEMPTED, and a preemption must not count towards giving up."""
-        ask = getattr(self.scheduler, "preempted", None)
-        if self.profile.preemption == "none" or ask is None:
+        if self.profile.preemption == "none":
             return set()
         candidates = [
             r.job_id
@@ -478,7 +477,7 @@ class BackfillProvider(ExecutionProvider, RepresentationMixin):
             and r.start is not None
             and states[r.job_id].state not in (JobState.PREEMPTED, JobState.TIMEOUT)
         ]
-        return ask(candidates) if candidates else set()
+        return self.scheduler.preempted(candidates) if candidates else set()
 
     def _give_up(self, message: str) -> None:
         self._gave_up = message
@@ -687,7 +686,9 @@ class BackfillProvider(ExecutionProvider, RepresentationMixin):
             walltime_s=walltime_s,
             launcher=self.profile.launcher,
             worker_init=self.profile.worker_init,
-            self_signal_s=self.profile.signal_margin_s if self.profile.scheduler == "pbs" else None,
+            self_signal_s=(
+                None if self.scheduler.signals_before_walltime else self.profile.signal_margin_s
+            ),
             heartbeat_file=self.heartbeat_file,
             heartbeat_timeout_s=self.profile.heartbeat_timeout_s,
         )

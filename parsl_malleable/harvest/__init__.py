@@ -3,7 +3,7 @@
 Site profiles (:mod:`.profile`), the book of slots and jobs (:mod:`.ledger`), the state
 mapping (:mod:`.states`), block planning (:mod:`.planning`), the yield decision
 (:mod:`.yielding`), the demand coupling to training jobs (:mod:`.demand`), the block script
-(:mod:`.launch`), the scheduler operations (:mod:`.sites`) and a Parsl block error handler that
+(:mod:`.launch`), the scheduler of a profile (:mod:`.sites`) and a Parsl block error handler that
 knows harvested blocks end on purpose (:mod:`.error_handler`). See docs/provider.md.
 """
 
@@ -11,7 +11,7 @@ from parsl_malleable.harvest.demand import DemandContext, DemandFn, allocator_de
 from parsl_malleable.harvest.error_handler import backfill_error_handler
 from parsl_malleable.harvest.ledger import BlockInfo, JobRecord, Phase
 from parsl_malleable.harvest.profile import SiteProfile, load_profile
-from parsl_malleable.harvest.sites import BlockScheduler, PBSBlocks, SlurmBlocks, make_scheduler
+from parsl_malleable.harvest.sites import BlockScheduler, make_scheduler
 from parsl_malleable.harvest.yielding import blocks_in_the_way
 
 __all__ = [
@@ -20,10 +20,8 @@ __all__ = [
     "DemandContext",
     "DemandFn",
     "JobRecord",
-    "PBSBlocks",
     "Phase",
     "SiteProfile",
-    "SlurmBlocks",
     "allocator_demand",
     "backfill_error_handler",
     "blocks_in_the_way",

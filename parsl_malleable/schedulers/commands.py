@@ -2,20 +2,29 @@
 
 Every adapter goes through :func:`run_command`, so every failure reaches the caller as a
 :class:`~parsl_malleable.errors.SchedulerCommandError` naming the command and what went wrong
-(exit status and stderr excerpt, "timed out after N s", "not found on PATH").
+(exit status and stderr excerpt, "timed out after N s", "not found on PATH"). Every attempt
+is logged at debug (argv, seconds, exit status), as Parsl logs its own commands, and counted
+in the caller's ``counter``: retries included, so the per-poll overhead is what really ran.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
+import shlex
 import signal
 import subprocess
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from tenacity import Retrying, retry_if_result, stop_after_attempt, wait_exponential
+
 from parsl_malleable.errors import SchedulerCommandError
+
+logger = logging.getLogger(__name__)
 
 # Messages that mean "the controller/server was busy or briefly unreachable; try again".
 # Anything else (a bad option, an unknown job, a rejected request) fails at once.
@@ -64,6 +73,8 @@ def run_command(
     check: bool = True,
     input_text: str | None = None,
     sleep: Callable[[float], None] = time.sleep,
+    counter: Counter[str] | None = None,
+    label: str | None = None,
 ) -> CommandResult:
     """Run ``argv`` (never through a shell) and return its output.
 
@@ -74,6 +85,8 @@ def run_command(
     a hang costs at most ``timeout_s``. With ``check`` (default) any final non-zero exit raises
     :class:`SchedulerCommandError`; without it the result is returned for the caller to judge.
     ``env`` entries are added to (and override) the current environment, PATH included.
+    Each attempt (a timed-out or missing command too) adds one to ``counter[label]``
+    (``label`` defaults to the command's name).
     """
     argv = [str(a) for a in argv]
     if not argv:
@@ -81,16 +94,48 @@ def run_command(
     full_env = dict(os.environ)
     if env:
         full_env.update(env)
-    attempt = 0
-    while True:
-        attempt += 1
-        returncode, stdout, stderr = _run_once(argv, timeout_s, full_env, input_text)
-        if returncode == 0 or not is_transient(stderr) or attempt > retries:
-            break
-        sleep(backoff_s * 2 ** (attempt - 1))
+    key = label or argv[0]
+
+    def attempt() -> tuple[int, str, str]:
+        if counter is not None:
+            counter[key] += 1
+        return _run_logged(argv, timeout_s, full_env, input_text)
+
+    retrying = Retrying(
+        stop=stop_after_attempt(max(0, retries) + 1),
+        wait=wait_exponential(multiplier=backoff_s, min=0, max=float("inf")),
+        retry=retry_if_result(lambda out: out[0] != 0 and is_transient(out[2])),
+        sleep=sleep,
+        # Out of retries: hand back the last failure for the check below, not a RetryError.
+        retry_error_callback=lambda state: state.outcome.result() if state.outcome else None,
+        reraise=True,
+    )
+    returncode, stdout, stderr = retrying(attempt)
+    attempts = retrying.statistics.get("attempt_number", 1)
     if check and returncode != 0:
-        raise SchedulerCommandError(argv, describe_failure(returncode, stderr, attempt))
-    return CommandResult(tuple(argv), returncode, stdout, stderr, attempt)
+        raise SchedulerCommandError(argv, describe_failure(returncode, stderr, attempts))
+    return CommandResult(tuple(argv), returncode, stdout, stderr, attempts)
+
+
+def _run_logged(
+    argv: list[str], timeout_s: float, env: dict[str, str], input_text: str | None
+) -> tuple[int, str, str]:
+    started = time.monotonic()
+    try:
+        returncode, stdout, stderr = _run_once(argv, timeout_s, env, input_text)
+    except SchedulerCommandError as exc:
+        logger.debug(
+            "ran %s in %.3f s: %s", shlex.join(argv), time.monotonic() - started, exc.reason
+        )
+        raise
+    logger.debug(
+        "ran %s in %.3f s: exit status %d%s",
+        shlex.join(argv),
+        time.monotonic() - started,
+        returncode,
+        f" ({' '.join(stderr.split())[:STDERR_EXCERPT]})" if returncode else "",
+    )
+    return returncode, stdout, stderr
 
 
 def describe_failure(returncode: int, stderr: str, attempts: int = 1) -> str:

@@ -1,6 +1,6 @@
 """The emulated site: a batch system inside the user's process, with virtual nodes.
 
-:class:`EmulatedSite` is a :class:`~parsl_malleable.harvest.sites.BlockScheduler` (snapshot,
+:class:`EmulatedSite` is a :class:`~parsl_malleable.schedulers.base.BlockScheduler` (snapshot,
 start test, submit, status, cancel, signal) over ``nodes`` virtual nodes of this machine. The
 native load is a trace replayed through the simulator (:mod:`.emulated_trace`): every native
 job starts and ends exactly when the simulation says, so no native job is ever delayed. A
@@ -30,7 +30,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from parsl_malleable.errors import SchedulerCommandError
+from parsl_malleable.errors import ConfigError, SchedulerCommandError
+from parsl_malleable.schedulers.base import OURS_PREFIX, BlockScheduler, Script, SiteDestination
 from parsl_malleable.schedulers.emulated_blocks import EmulatedBlock
 from parsl_malleable.schedulers.emulated_settings import EmulatedSettings
 from parsl_malleable.schedulers.emulated_trace import NativeJob, NativeSchedule, native_schedule
@@ -72,7 +73,7 @@ class NodeCounts:
     idle: int
 
 
-class EmulatedSite:
+class EmulatedSite(BlockScheduler):
     """A batch system with ``settings.nodes`` virtual nodes and a replayed native load.
 
     ``signal_margin_s``: USR1 to each node's batch shell this long before a block's walltime
@@ -89,7 +90,7 @@ class EmulatedSite:
         signal_margin_s: float = 0.0,
         pin_nodes: bool = True,
         env: Mapping[str, str] | None = None,
-        ours_prefix: str = "pm-block",
+        ours_prefix: str = OURS_PREFIX,
         schedule: NativeSchedule | None = None,
     ) -> None:
         self.settings = settings
@@ -122,6 +123,22 @@ class EmulatedSite:
         self._thread = threading.Thread(target=self._keep_time, name="emulated-site", daemon=True)
         self._thread.start()
         atexit.register(_close_ref, weakref.ref(self))
+
+    @classmethod
+    def from_profile(
+        cls, profile: SiteDestination, env: Mapping[str, str] | None = None
+    ) -> EmulatedSite:
+        """The emulated site of ``profile.emulated`` (simulates its native load first), with
+        the profile's signal margin and node pinning; ``env`` is added to every block's
+        environment."""
+        if profile.emulated is None:
+            raise ConfigError(f"{profile.name}: emulated: required with scheduler: emulated")
+        return cls(
+            profile.emulated,
+            signal_margin_s=profile.signal_margin_s,
+            pin_nodes=profile.pin_nodes,
+            env=env,
+        )
 
     # ------------------------------------------------------------------ BlockScheduler
 
@@ -159,7 +176,9 @@ class EmulatedSite:
         pending.sort(key=lambda j: (j.submit, j.expected_start or 0.0))
         return Snapshot(now=now, nodes=nodes, running=running, pending=pending, backfill="easy")
 
-    def test_start(self, nodes: int, walltime_s: float, node_ids: Sequence[str]) -> float | None:
+    def test_start(
+        self, nodes: int, walltime_s: float, node_ids: Sequence[str] = ()
+    ) -> float | None:
         """When a block of ``nodes`` (on ``node_ids`` if pinned) would start: now when they
         are idle, else when their holders' limits end (pending natives are not counted)."""
         with self._lock:
@@ -173,10 +192,20 @@ class EmulatedSite:
             return times[nodes - 1] if 0 < nodes <= len(times) else None
 
     def submit(
-        self, script: Path, *, nodes: int, walltime_s: float, node_ids: Sequence[str], name: str
+        self,
+        script: Script,
+        *,
+        nodes: int,
+        walltime_s: float,
+        node_ids: Sequence[str] = (),
+        name: str | None = None,
     ) -> str:
-        """Start ``script`` once per node now; the block's job id. The emulated site has no
-        queue for blocks: nodes that are not idle are an error (the provider tests first)."""
+        """Start ``script`` (a path) once per node now; the block's job id. The emulated site
+        has no queue for blocks: nodes that are not idle are an error (the provider tests
+        first)."""
+        if not isinstance(script, str | os.PathLike):
+            raise ValueError("the emulated site runs a batch script path, not an argv")
+        name = name or self.ours_prefix
         with self._lock:
             self.queries["submit"] += 1
             if self._closed:

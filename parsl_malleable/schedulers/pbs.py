@@ -8,13 +8,13 @@ stand-in commands that print them.
 
 from __future__ import annotations
 
+import contextlib
 import math
-import os
-import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
-from parsl_malleable.errors import SchedulerCommandError
-from parsl_malleable.schedulers.commands import CommandResult, describe_failure, run_command
+from parsl_malleable.schedulers.base import Script, SiteDestination
+from parsl_malleable.schedulers.command_scheduler import CommandScheduler
 from parsl_malleable.schedulers.pbs_parse import (
     PBSJob,
     parse_pbs_rstat,
@@ -96,67 +96,61 @@ def _id_number(job_id: str) -> int:
 
 def format_walltime(walltime_s: float) -> str:
     """``HH:MM:SS`` for ``-l walltime``, rounded down to whole seconds (at least one)."""
+    # Parsl formats no walltime (its providers take the user's HH:MM:SS string as given).
     seconds = math.floor(walltime_s)
     if seconds < 1:
         raise ValueError(f"walltime_s={walltime_s}: need at least one second")
     return f"{seconds // 3600:02d}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
 
 
-class PBSScheduler:
-    """Live PBS Pro: snapshots, whole-node block submission, status and delete/signal.
+class PBSScheduler(CommandScheduler):
+    """Live PBS Pro: snapshots, whole-node block submission, status, delete and signal.
 
     ``queue`` is the default destination of :meth:`submit`. Jobs whose name starts with
     ``ours_prefix`` are flagged ``ours`` (PBS truncates names to 236 characters; keep the
-    prefix short). PBS has no "signal N seconds before the walltime" option: a block must
-    watch its own clock. ``default_time_limit`` is the queue's default walltime, if known.
+    prefix short). PBS has no ``--test-only`` (so :meth:`test_start` cannot say) and no
+    "signal N seconds before the walltime" option: blocks watch ``PM_BLOCK_DEADLINE``
+    themselves. ``default_time_limit`` is the queue's default walltime, if known.
     """
+
+    GONE = ("unknown job id", "job has finished", "request invalid for state of job")
+    UNKNOWN_JOB = ("unknown job id",)
+    OUTPUT = "{name}.out"
+    parse_nodes = staticmethod(parse_pbsnodes)
+    parse_jobs = staticmethod(parse_qstat)
+    parse_reservations = staticmethod(parse_pbs_rstat)
+    parse_submitted = staticmethod(parse_qsub)
+    signals_before_walltime = False
 
     def __init__(
         self,
         *,
         queue: str | None = None,
-        ours_prefix: str = "pm-block",
-        reservations: bool = True,
         backfill: str = "easy",
         default_time_limit: float | None = None,
-        timeout_s: float = 30.0,
-        retries: int = 2,
-        backoff_s: float = 0.5,
-        env: Mapping[str, str] | None = None,
-        clock: Callable[[], float] = time.time,
+        **common: Any,
     ) -> None:
+        super().__init__(backfill=backfill, **common)
         self.queue = queue
-        self.ours_prefix = ours_prefix
-        self.reservations = reservations
-        self.backfill = backfill
         self.default_time_limit = default_time_limit
-        self.timeout_s = timeout_s
-        self.retries = retries
-        self.backoff_s = backoff_s
-        self.env = dict(env or {})
-        self.clock = clock
 
-    def _run(self, argv: list[str], check: bool = True) -> CommandResult:
-        return run_command(
-            argv,
-            timeout_s=self.timeout_s,
-            retries=self.retries,
-            backoff_s=self.backoff_s,
-            env=self.env,
-            check=check,
-        )
+    @classmethod
+    def settings_of(cls, profile: SiteDestination) -> dict[str, Any]:
+        """Blocks to the profile's queue."""
+        return {"queue": profile.queue}
 
-    def snapshot(self) -> Snapshot:
-        """Nodes, running and queued jobs (and reservations) now, in two or three queries."""
-        now = self.clock()
-        argv = ["pbsnodes", "-a", "-F", "json"]
-        nodes = parse_output(argv, parse_pbsnodes, self._run(argv).stdout)
-        argv = ["qstat", "-f", "-F", "json"]
-        jobs = parse_output(argv, parse_qstat, self._run(argv).stdout)
-        reservations: list[Reservation] = []
-        if self.reservations:
-            argv = ["pbs_rstat", "-f"]
-            reservations = parse_output(argv, parse_pbs_rstat, self._run(argv).stdout)
+    def nodes_argv(self) -> list[str]:
+        return ["pbsnodes", "-a", "-F", "json"]
+
+    def jobs_argv(self) -> list[str]:
+        return ["qstat", "-f", "-F", "json"]
+
+    def reservations_argv(self) -> list[str]:
+        return ["pbs_rstat", "-f"]
+
+    def build_snapshot(
+        self, now: float, nodes: list[Node], jobs: list[PBSJob], reservations: list[Reservation]
+    ) -> Snapshot:
         return build_pbs_snapshot(
             now,
             nodes,
@@ -167,30 +161,25 @@ class PBSScheduler:
             default_time_limit=self.default_time_limit,
         )
 
-    def qsub_argv(
+    def submit_argv(
         self,
-        script: str | os.PathLike[str] | Sequence[str],
         *,
         nodes: int,
         walltime_s: float,
-        queue: str | None = None,
+        node_ids: Sequence[str] = (),
         job_name: str | None = None,
         output: str | None = None,
+        queue: str | None = None,
         extra_args: Sequence[str] = (),
     ) -> list[str]:
-        """qsub arguments for one whole-node block (``select=N``, ``place=scatter:excl``).
-
-        ``script`` is a script path or an argument vector (``qsub ... -- prog args``).
-        """
+        """qsub options for one whole-node block (``select=N``, ``place=scatter:excl``).
+        PBS places the block itself: ``node_ids`` are not pinned."""
         if nodes < 1:
             raise ValueError(f"nodes={nodes}: need at least one node")
-        name = job_name or self.ours_prefix
-        if self.ours_prefix and not name.startswith(self.ours_prefix):
-            name = f"{self.ours_prefix}-{name}"
         argv = [
             "qsub",
             "-N",
-            name,
+            self.block_name(job_name),
             "-l",
             f"select={nodes}",
             "-l",
@@ -203,53 +192,27 @@ class PBSScheduler:
             argv += ["-q", queue]
         if output:
             argv += ["-j", "oe", "-o", output]
-        argv += list(extra_args)
-        if isinstance(script, str | os.PathLike):
-            return [*argv, os.fspath(script)]
-        args = [str(a) for a in script]
-        if not args:
-            raise ValueError("submit needs a script path or a non-empty argument vector")
-        return [*argv, "--", *args]
+        if self.account:
+            argv += ["-A", self.account]
+        return argv + list(extra_args)
 
-    def submit(
-        self,
-        script: str | os.PathLike[str] | Sequence[str],
-        *,
-        nodes: int,
-        walltime_s: float,
-        queue: str | None = None,
-        job_name: str | None = None,
-        output: str | None = None,
-        extra_args: Sequence[str] = (),
-    ) -> str:
-        """Submit a block with qsub; returns its job id (``1234.server``)."""
-        argv = self.qsub_argv(
-            script,
-            nodes=nodes,
-            walltime_s=walltime_s,
-            queue=queue,
-            job_name=job_name,
-            output=output,
-            extra_args=extra_args,
-        )
-        return parse_output(argv, parse_qsub, self._run(argv).stdout)
+    def command_tail(self, args: list[str]) -> contextlib.AbstractContextManager[list[str]]:
+        """``qsub ... -- prog args``: qsub runs the argument vector itself."""
+        return contextlib.nullcontext(["--", *args])
 
-    def status(self, job_ids: Sequence[str]) -> dict[str, JobStatus]:
-        """State of each job (finished ones too, ``qstat -x``); unknown ids are UNKNOWN."""
-        ids = [str(j) for j in job_ids]
-        if not ids:
-            return {}
-        argv = ["qstat", "-f", "-x", "-F", "json", *ids]
-        result = self._run(argv, check=False)
-        errors = [ln for ln in result.stderr.splitlines() if ln.strip()]
-        if result.returncode != 0 and not all("unknown job id" in e.lower() for e in errors):
-            raise SchedulerCommandError(argv, describe_failure(result.returncode, result.stderr))
-        jobs: list[PBSJob] = []
-        if result.stdout.strip():
-            jobs = parse_output(argv, parse_qstat, result.stdout)
-        found = {}
-        for job in jobs:
-            found[job.job_id] = JobStatus(
+    def qsub_argv(self, script: Script, **options: Any) -> list[str]:
+        """The whole qsub command for ``script`` (a path or an argument vector)."""
+        head = self.submit_argv(**options)
+        with self.script_tail(script) as tail:
+            return [*head, *tail]
+
+    def status_argv(self, job_ids: list[str]) -> list[str]:
+        # -x: finished jobs too.
+        return ["qstat", "-f", "-x", "-F", "json", *job_ids]
+
+    def read_statuses(self, argv: list[str], stdout: str) -> list[JobStatus]:
+        return [
+            JobStatus(
                 job_id=job.job_id,
                 state=job.state,
                 raw_state=job.raw_state,
@@ -258,26 +221,18 @@ class PBSScheduler:
                 start=job.start if job.start is not None else job.expected_start,
                 end_limit=job.end,
             )
-        # qstat may print "1234.server" for a request of "1234": match on the number too.
-        by_number = {j.split(".", 1)[0]: s for j, s in found.items()}
-        return {
-            j: found.get(j) or by_number.get(j.split(".", 1)[0]) or JobStatus(j, JobState.UNKNOWN)
-            for j in ids
-        }
+            for job in parse_output(argv, parse_qstat, stdout)
+        ]
 
-    def cancel(self, job_ids: Sequence[str], signal: str | None = None) -> None:
-        """``qdel`` the jobs, or ``qsig -s SIGNAL`` them; already finished jobs are fine."""
-        ids = [str(j) for j in job_ids]
-        if not ids:
-            return
-        argv = ["qsig", "-s", signal, *ids] if signal else ["qdel", *ids]
-        result = self._run(argv, check=False)
-        gone = ("unknown job id", "job has finished", "request invalid for state of job")
-        lines = [ln.lower() for ln in result.stderr.splitlines() if ln.strip()]
-        if result.returncode != 0 and not (
-            lines and all(any(g in ln for g in gone) for ln in lines)
-        ):
-            raise SchedulerCommandError(argv, describe_failure(result.returncode, result.stderr))
+    def short_id(self, job_id: str) -> str:
+        # qstat may print "1234.server" for a request of "1234": match on the number too.
+        return job_id.split(".", 1)[0]
+
+    def cancel_argv(self, job_ids: list[str]) -> list[str]:
+        return ["qdel", *job_ids]
+
+    def signal_argv(self, job_ids: list[str], signal: str) -> list[str]:
+        return ["qsig", "-s", signal, *job_ids]
 
 
 __all__ = ["PBSScheduler", "build_pbs_snapshot", "format_walltime"]

@@ -7,14 +7,15 @@ Queries per :meth:`SlurmScheduler.snapshot`: ``sinfo -N`` (nodes, partitions, li
 
 from __future__ import annotations
 
+import contextlib
 import math
-import os
 import tempfile
-import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any
 
-from parsl_malleable.errors import SchedulerCommandError
-from parsl_malleable.schedulers.commands import CommandResult, describe_failure, run_command
+from parsl_malleable.errors import StartRefused
+from parsl_malleable.schedulers.base import OURS_PREFIX, SiteDestination
+from parsl_malleable.schedulers.command_scheduler import CommandScheduler
 from parsl_malleable.schedulers.records import (
     JobState,
     JobStatus,
@@ -122,58 +123,76 @@ def _id_number(job_id: str) -> int:
 
 def walltime_minutes(walltime_s: float) -> int:
     """Whole minutes for ``--time``, rounded DOWN so a block never outlives its window."""
+    # Parsl has no seconds-to-limit helper (parsl.utils.wtime_to_minutes parses HH:MM:SS and
+    # only warns below a minute, where a block must be refused).
     minutes = math.floor(walltime_s / 60.0)
     if minutes < 1:
         raise ValueError(f"walltime_s={walltime_s}: Slurm limits are whole minutes; need >= 60 s")
     return minutes
 
 
-class SlurmScheduler:
-    """Live Slurm: snapshots, block submission, start-time tests, status and cancel.
+class SlurmScheduler(CommandScheduler):
+    """Live Slurm: snapshots, block submission, start-time tests, status, cancel and signal.
 
     ``partition`` restricts the nodes queried (``sinfo -p``) and is the default partition of
     :meth:`submit`/:meth:`test_start`; jobs of every partition are read because any of them
-    can hold the nodes. Jobs whose name starts with ``ours_prefix`` are flagged ``ours``.
+    can hold the nodes. ``submit_partition``, ``qos``, ``account``, ``pin_nodes`` and
+    ``signal_margin_s`` are where blocks go and how (a site profile's destination) without
+    narrowing what is read. Jobs whose name starts with ``ours_prefix`` are flagged ``ours``.
     ``env`` is added to the environment of every command (e.g. ``SLURM_CONF``, ``PATH``).
+    Snapshot queries: ``sinfo -N``, ``squeue`` and, with ``reservations``, ``scontrol``.
     """
+
+    GONE = ("already completing or completed", "invalid job id")
+    # squeue fails with one unknown id but prints nothing for several: same meaning.
+    UNKNOWN_JOB = ("invalid job id",)
+    OUTPUT = "{name}-%j.out"
+    parse_nodes = staticmethod(parse_sinfo_nodes)
+    parse_jobs = staticmethod(parse_squeue)
+    parse_reservations = staticmethod(parse_reservations)
+    parse_submitted = staticmethod(parse_sbatch_parsable)
 
     def __init__(
         self,
         *,
         partition: str | None = None,
-        ours_prefix: str = "pm-block",
-        reservations: bool = True,
+        submit_partition: str | None = None,
+        qos: str | None = None,
+        pin_nodes: bool = False,
+        signal_margin_s: float | None = None,
         backfill: str = "conservative",
-        timeout_s: float = 30.0,
-        retries: int = 2,
-        backoff_s: float = 0.5,
         env: Mapping[str, str] | None = None,
-        clock: Callable[[], float] = time.time,
+        **common: Any,
     ) -> None:
-        self.partition = partition
-        self.ours_prefix = ours_prefix
-        self.reservations = reservations
-        self.backfill = backfill
-        self.timeout_s = timeout_s
-        self.retries = retries
-        self.backoff_s = backoff_s
         # Unix seconds everywhere: no local-time parsing, no DST ambiguity.
-        self.env = {**(env or {}), "SLURM_TIME_FORMAT": "%s"}
-        self.clock = clock
-
-    def _run(self, argv: list[str], check: bool = True) -> CommandResult:
-        return run_command(
-            argv,
-            timeout_s=self.timeout_s,
-            retries=self.retries,
-            backoff_s=self.backoff_s,
-            env=self.env,
-            check=check,
+        super().__init__(
+            backfill=backfill, env={**(env or {}), "SLURM_TIME_FORMAT": "%s"}, **common
         )
+        self.partition = partition
+        self.submit_partition = submit_partition
+        self.qos = qos
+        self.pin_nodes = pin_nodes
+        self.signal_margin_s = signal_margin_s
 
-    def sinfo_argv(self) -> list[str]:
+    @classmethod
+    def settings_of(cls, profile: SiteDestination) -> dict[str, Any]:
+        """Blocks to the profile's partition and QOS; every partition is read."""
+        return {
+            "submit_partition": profile.partition,
+            "qos": profile.qos,
+            "pin_nodes": profile.pin_nodes,
+            "signal_margin_s": profile.signal_margin_s or None,
+        }
+
+    def nodes_argv(self) -> list[str]:
         argv = ["sinfo", "-N", "--noheader", "-o", SINFO_FORMAT]
         return argv + (["-p", self.partition] if self.partition else [])
+
+    def jobs_argv(self) -> list[str]:
+        return self.squeue_argv()
+
+    def reservations_argv(self) -> list[str]:
+        return ["scontrol", "show", "reservation", "--oneliner"]
 
     def squeue_argv(self, job_ids: Sequence[str] | None = None) -> list[str]:
         argv = ["squeue", "--noheader", "--all", "-o", SQUEUE_FORMAT]
@@ -181,149 +200,109 @@ class SlurmScheduler:
             return [*argv, f"--states={ACTIVE_STATES}"]
         return [*argv, "--states=all", "--jobs", ",".join(job_ids)]
 
-    def snapshot(self) -> Snapshot:
-        """Nodes, running and pending jobs (and reservations) now, in two or three queries."""
-        now = self.clock()
-        argv = self.sinfo_argv()
-        sinfo = parse_output(argv, parse_sinfo_nodes, self._run(argv).stdout)
-        argv = self.squeue_argv()
-        jobs = parse_output(argv, parse_squeue, self._run(argv).stdout)
-        reservations: list[Reservation] = []
-        if self.reservations:
-            argv = ["scontrol", "show", "reservation", "--oneliner"]
-            reservations = parse_output(argv, parse_reservations, self._run(argv).stdout)
-        try:
-            return build_snapshot(
-                now,
-                sinfo,
-                jobs,
-                reservations,
-                partition=self.partition,
-                ours_prefix=self.ours_prefix,
-                backfill=self.backfill,
-            )
-        except OutputParseError as exc:
-            raise SchedulerCommandError(self.squeue_argv(), f"inconsistent output: {exc}") from exc
+    def build_snapshot(
+        self, now: float, nodes: SinfoResult, jobs: list[SqueueRow], reservations: list[Reservation]
+    ) -> Snapshot:
+        return build_snapshot(
+            now,
+            nodes,
+            jobs,
+            reservations,
+            partition=self.partition,
+            ours_prefix=self.ours_prefix,
+            backfill=self.backfill,
+        )
 
     def submit_argv(
         self,
         *,
         nodes: int,
         walltime_s: float,
-        partition: str | None = None,
-        qos: str | None = None,
+        node_ids: Sequence[str] = (),
         job_name: str | None = None,
-        signal_margin_s: float | None = None,
         output: str | None = None,
+        partition: str | None = None,
+        signal_margin_s: float | None = None,
         workdir: str | None = None,
         extra_args: Sequence[str] = (),
     ) -> list[str]:
-        """The sbatch options for one whole-node block (without the script)."""
+        """The sbatch options for one whole-node block (without the script). The walltime is
+        rounded down to whole minutes (at least one); USR1 reaches the batch shell
+        ``signal_margin_s`` (default: the scheduler's) before the limit (Slurm may send it up
+        to 60 s earlier)."""
         if nodes < 1:
             raise ValueError(f"nodes={nodes}: need at least one node")
-        name = job_name or self.ours_prefix
-        if self.ours_prefix and not name.startswith(self.ours_prefix):
-            name = f"{self.ours_prefix}-{name}"
         argv = [
             "sbatch",
             "--parsable",
             "--exclusive",
             f"--nodes={nodes}",
             f"--time={walltime_minutes(walltime_s)}",
-            f"--job-name={name}",
+            f"--job-name={self.block_name(job_name)}",
         ]
-        partition = partition or self.partition
+        partition = partition or self.submit_partition or self.partition
         if partition:
             argv.append(f"--partition={partition}")
-        if qos:
-            argv.append(f"--qos={qos}")
-        if signal_margin_s is not None:
+        if self.qos:
+            argv.append(f"--qos={self.qos}")
+        margin = signal_margin_s if signal_margin_s is not None else self.signal_margin_s
+        if margin is not None:
             # B: signal the batch shell (where the worker pool runs), not only job steps.
-            argv.append(f"--signal=B:USR1@{max(1, math.ceil(signal_margin_s))}")
+            argv.append(f"--signal=B:USR1@{max(1, math.ceil(margin))}")
         if output:
             argv.append(f"--output={output}")
         if workdir:
             argv.append(f"--chdir={workdir}")
+        if self.account:
+            argv.append(f"--account={self.account}")
+        if self.pin_nodes and node_ids:
+            argv.append(f"--nodelist={','.join(node_ids)}")
         return argv + list(extra_args)
 
-    def submit(
-        self,
-        script: str | os.PathLike[str] | Sequence[str],
-        *,
-        nodes: int,
-        walltime_s: float,
-        partition: str | None = None,
-        qos: str | None = None,
-        job_name: str | None = None,
-        signal_margin_s: float | None = None,
-        output: str | None = None,
-        workdir: str | None = None,
-        extra_args: Sequence[str] = (),
-    ) -> str:
-        """Submit a block; returns its job id.
-
-        ``script`` is a batch script path, or an argument vector run on the first node
-        (passed to sbatch as arguments of a constant ``exec "$@"`` wrapper, never as a shell
-        string). The walltime is rounded down to whole minutes (at least one); USR1 reaches
-        the batch shell ``signal_margin_s`` before the limit (Slurm may send it up to 60 s
-        earlier).
-        """
-        argv = self.submit_argv(
-            nodes=nodes,
-            walltime_s=walltime_s,
-            partition=partition,
-            qos=qos,
-            job_name=job_name,
-            signal_margin_s=signal_margin_s,
-            output=output,
-            workdir=workdir,
-            extra_args=extra_args,
-        )
-        if isinstance(script, (str, os.PathLike)):
-            argv.append(os.fspath(script))
-            return self._submit(argv)
-        args = [str(a) for a in script]
-        if not args:
-            raise ValueError("submit needs a script path or a non-empty argument vector")
+    @contextlib.contextmanager
+    def command_tail(self, args: list[str]) -> Iterator[list[str]]:
+        """A constant ``exec "$@"`` wrapper script and ``args`` as its arguments."""
         with tempfile.NamedTemporaryFile("w", prefix="pm-exec-", suffix=".sh") as wrapper:
             wrapper.write(EXEC_WRAPPER)
             wrapper.flush()
             # sbatch copies the script into the job at submit time: the file may go after.
-            return self._submit([*argv, wrapper.name, *args])
+            yield [wrapper.name, *args]
 
-    def _submit(self, argv: list[str]) -> str:
-        result = self._run(argv)
-        return parse_output(argv, parse_sbatch_parsable, result.stdout)
-
-    def test_start(
-        self, nodes: int, walltime_s: float, partition: str | None = None
+    def start_estimate(
+        self,
+        nodes: int,
+        walltime_s: float,
+        node_ids: Sequence[str] = (),
+        partition: str | None = None,
     ) -> tuple[float, tuple[str, ...]]:
-        """When and where Slurm would start such a block now (``sbatch --test-only``)."""
-        argv = self.submit_argv(nodes=nodes, walltime_s=walltime_s, partition=partition)
-        argv = [a for a in argv if a != "--parsable" and not a.startswith("--job-name")]
+        """When and where Slurm would start such a block now (``sbatch --test-only``); raises
+        :class:`StartRefused` with Slurm's words when it refuses the block."""
+        argv = self.submit_argv(
+            nodes=nodes, walltime_s=walltime_s, node_ids=node_ids, partition=partition
+        )
+        dropped = ("--parsable", "--job-name", "--signal")
+        argv = [a for a in argv if not a.startswith(dropped)]
         argv[1:1] = ["--test-only"]
         argv += ["--wrap", "true"]
-        result = self._run(argv)
+        result = self.run(argv, check=False, label="sbatch --test-only")
+        if result.returncode != 0:
+            words = " ".join(result.stderr.split()) or f"exit status {result.returncode}"
+            raise StartRefused(argv, words)
         start, hosts, _partition = parse_output(argv, parse_test_only, result.stderr)
         return start, hosts
 
-    def status(self, job_ids: Sequence[str]) -> dict[str, JobStatus]:
-        """State of each job; a job Slurm has forgotten (purged after MinJobAge) is UNKNOWN."""
-        ids = [str(j) for j in job_ids]
-        if not ids:
-            return {}
-        argv = self.squeue_argv(ids)
-        result = self._run(argv, check=False)
-        if result.returncode != 0:
-            # squeue fails with one unknown id but prints nothing for several: same meaning.
-            if "invalid job id" not in result.stderr.lower():
-                message = describe_failure(result.returncode, result.stderr)
-                raise SchedulerCommandError(argv, message)
-            rows: list[SqueueRow] = []
-        else:
-            rows = parse_output(argv, parse_squeue, result.stdout)
-        found = {
-            row.job_id: JobStatus(
+    def test_start(
+        self, nodes: int, walltime_s: float, node_ids: Sequence[str] = ()
+    ) -> float | None:
+        """When Slurm would start the block (on ``node_ids`` when pinned)."""
+        return self.start_estimate(nodes, walltime_s, node_ids)[0]
+
+    def status_argv(self, job_ids: list[str]) -> list[str]:
+        return self.squeue_argv(job_ids)
+
+    def read_statuses(self, argv: list[str], stdout: str) -> list[JobStatus]:
+        return [
+            JobStatus(
                 job_id=row.job_id,
                 state=row.state,
                 raw_state=row.raw_state,
@@ -332,32 +311,48 @@ class SlurmScheduler:
                 start=row.start,
                 end_limit=row.end,
             )
-            for row in rows
-        }
-        return {j: found.get(j, JobStatus(j, JobState.UNKNOWN)) for j in ids}
+            for row in parse_output(argv, parse_squeue, stdout)
+        ]
 
-    def cancel(self, job_ids: Sequence[str], signal: str | None = None) -> None:
-        """Cancel jobs, or with ``signal`` (e.g. ``"USR1"``) signal the batch shell and steps.
+    def cancel_argv(self, job_ids: list[str]) -> list[str]:
+        return ["scancel", *job_ids]
 
-        Cancelling a job that already ended is not an error.
-        """
-        ids = [str(j) for j in job_ids]
-        if not ids:
-            return
-        argv = ["scancel"]
-        if signal:
-            argv += [f"--signal={signal}", "--full"]
-        argv += ids
-        result = self._run(argv, check=False)
-        if result.returncode != 0 and not _only_gone(result.stderr):
-            raise SchedulerCommandError(argv, describe_failure(result.returncode, result.stderr))
+    def signal_argv(self, job_ids: list[str], signal: str) -> list[str]:
+        # --batch: the batch shell only; --full would also hit the worker pools, which Parsl
+        # does not let handle USR1.
+        return ["scancel", "--batch", f"--signal={signal}", *job_ids]
+
+    def preempted(self, job_ids: Sequence[str]) -> set[str]:
+        """Which of these (ended) jobs Slurm preempted: its PreemptTime is set. A preempted
+        block whose workers left within the grace time ends FAILED or COMPLETED, not
+        PREEMPTED, so its state alone does not say."""
+        argv = ["squeue", "--noheader", "--states=all", f"--jobs={','.join(job_ids)}",
+                "--Format=JobID:32,PreemptTime:32"]  # fmt: skip
+        out = set()
+        for line in self.run(argv).stdout.splitlines():
+            parts = line.split()
+            if len(parts) == 2 and parts[1] not in ("N/A", "None", "Unknown", "0"):
+                out.add(parts[0])
+        return out
+
+    def queue_signature(self) -> frozenset[tuple[str, str]]:
+        """Native jobs pending or running now, as (id, PD|R): one small ``squeue``."""
+        argv = ["squeue", "--noheader", "--states=PD,CF,R,S", "--format=%i %t %j"]
+        result = self.run(argv, label="squeue (watch)")
+        return queue_signature_of(result.stdout, self.ours_prefix)
 
 
-def _only_gone(stderr: str) -> bool:
-    """True when every error line says the job is already finished or unknown."""
-    lines = [ln for ln in stderr.splitlines() if ln.strip()]
-    gone = ("already completing or completed", "invalid job id")
-    return bool(lines) and all(any(g in ln.lower() for g in gone) for ln in lines)
+def queue_signature_of(
+    squeue_output: str, ours_prefix: str = OURS_PREFIX
+) -> frozenset[tuple[str, str]]:
+    """(id, PD|R) of every native job in ``squeue --format='%i %t %j'`` output."""
+    out = set()
+    for line in squeue_output.splitlines():
+        parts = line.split(maxsplit=2)
+        if len(parts) < 2 or (len(parts) == 3 and parts[2].startswith(ours_prefix)):
+            continue
+        out.add((parts[0], "PD" if parts[1] == "PD" else "R"))
+    return frozenset(out)
 
 
-__all__ = ["SlurmScheduler", "build_snapshot", "walltime_minutes"]
+__all__ = ["SlurmScheduler", "build_snapshot", "queue_signature_of", "walltime_minutes"]

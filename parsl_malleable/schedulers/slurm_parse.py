@@ -56,6 +56,8 @@ def parse_duration(text: str, field: str = "time_limit") -> float | None:
     Accepts every form Slurm prints or takes: ``D-HH:MM:SS``, ``D-HH:MM``, ``D-HH``,
     ``HH:MM:SS``, ``MM:SS`` and a bare number of minutes.
     """
+    # Not parsl.utils.wtime_to_minutes (Parsl's only walltime helper): it reads HH:MM:SS
+    # alone, drops the seconds and fails on D-HH:MM:SS, MM:SS, minutes and UNLIMITED.
     text = text.strip()
     if text in _UNLIMITED or text in _NO_VALUE or text.upper() == "INVALID":
         return None

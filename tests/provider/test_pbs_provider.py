@@ -14,7 +14,6 @@ from parsl.jobs.states import JobState as P
 
 from parsl_malleable.harvest.ledger import Phase
 from parsl_malleable.harvest.profile import load_profile
-from parsl_malleable.harvest.sites import PBSBlocks
 from parsl_malleable.provider import BackfillProvider
 from parsl_malleable.schedulers.pbs import PBSScheduler
 
@@ -33,11 +32,15 @@ def test_blocks_go_to_the_pbs_queue_with_a_self_signal(
     env = fake_bin("qsub", f'echo "qsub $*" >> {log}; echo 777.pbs-head')
     profile = load_profile("example-pbs").with_overrides(reservations=False, min_block_s=300)
     scheduler = PBSScheduler(
-        queue=profile.queue, reservations=False, env=env, clock=lambda: SNAPSHOT_TIME
+        queue=profile.queue,
+        account=profile.account,
+        reservations=False,
+        env=env,
+        clock=lambda: SNAPSHOT_TIME,
     )
     provider = BackfillProvider(
         profile,
-        scheduler=PBSBlocks(profile, scheduler),
+        scheduler=scheduler,
         autostart=False,
         script_dir=str(tmp_path / "blocks"),
         clock=lambda: SNAPSHOT_TIME,

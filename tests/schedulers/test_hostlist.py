@@ -28,7 +28,9 @@ def test_expand_examples(text: str, hosts: list[str]) -> None:
     assert expand_hostlist(text) == hosts
 
 
-@pytest.mark.parametrize("bad", ["n[1-3", "n1-3]", "n[3-1]", "n[a-b]", "n[1-]", "n[[1]]"])
+@pytest.mark.parametrize(
+    "bad", ["n[1-3", "n1-3]", "n[3-1]", "n[a-b]", "n[1-]", "n[[1]]", "n[1-99999999]"]
+)
 def test_expand_rejects_malformed(bad: str) -> None:
     with pytest.raises(OutputParseError, match="hostlist"):
         expand_hostlist(bad)

@@ -237,7 +237,7 @@ def test_adapter_through_stand_in_commands(fake_bin, tmp_path) -> None:
     assert statuses["999.pbs-head"].state is JobState.UNKNOWN
     assert pbs.submit(["sleep", "10"], nodes=2, walltime_s=600) == "4242.pbs-head"
     pbs.cancel(["4242.pbs-head"])  # already gone: not an error
-    pbs.cancel(["4242.pbs-head"], signal="USR1")
+    pbs.signal_batch(["4242.pbs-head"], "USR1")
     calls = (tmp_path / "calls.log").read_text().splitlines()
     assert calls[:3] == ["pbsnodes -a -F json", "qstat -f -F json", "pbs_rstat -f"]
     qsub = "qsub -N pm-block -l select=2 -l place=scatter:excl -l walltime=00:10:00 -- sleep 10"
