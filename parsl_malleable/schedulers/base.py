@@ -27,17 +27,29 @@ class SiteDestination(Protocol):
     """The settings of a site profile a scheduler is built from (structural, so this layer
     does not import :class:`~parsl_malleable.harvest.profile.SiteProfile`)."""
 
-    name: str
-    partition: str | None
-    qos: str | None
-    queue: str | None
-    account: str | None
-    pin_nodes: bool
-    signal_margin_s: float
-    reservations: bool
-    command_timeout_s: float
-    command_retries: int
-    emulated: Any
+    # Read-only properties: a frozen pydantic profile has no settable attributes.
+    @property
+    def name(self) -> str: ...
+    @property
+    def partition(self) -> str | None: ...
+    @property
+    def qos(self) -> str | None: ...
+    @property
+    def queue(self) -> str | None: ...
+    @property
+    def account(self) -> str | None: ...
+    @property
+    def pin_nodes(self) -> bool: ...
+    @property
+    def signal_margin_s(self) -> float: ...
+    @property
+    def reservations(self) -> bool: ...
+    @property
+    def command_timeout_s(self) -> float: ...
+    @property
+    def command_retries(self) -> int: ...
+    @property
+    def emulated(self) -> Any: ...
 
 
 class BlockScheduler(ABC):
