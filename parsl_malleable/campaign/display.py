@@ -62,7 +62,16 @@ def status_table(rows: list[JobRow], meta: dict[str, str | None]) -> Table:
         f"{counts['waiting']} waiting"
     )
     table = Table(title=title)
-    for column in ("job", "status", "node-h", "rescales", "runs", "resumed at", "result"):
+    for column in (
+        "job",
+        "status",
+        "node-h",
+        "rescales",
+        "runs",
+        "resumed at",
+        "result",
+        "warnings",
+    ):
         table.add_column(column)
     for row in rows:
         result = row.result or {}
@@ -75,6 +84,7 @@ def status_table(rows: list[JobRow], meta: dict[str, str | None]) -> Table:
             str(row.submissions),
             _fmt(row.resumed_from_step),
             metric or (row.error or "")[:60],
+            str(len(row.warnings)) if row.warnings else "",
         )
     return table
 

@@ -61,6 +61,7 @@ def results_frame(store: CampaignStore) -> pd.DataFrame:
                 "max_nodes": job.spec.get("max_nodes"),
                 "priority": job.spec.get("priority"),
                 "error": job.error,
+                "warnings": "; ".join(job.warnings) or None,
             }
         )
     frame = pd.DataFrame(rows)

@@ -286,14 +286,18 @@ class CampaignRunner:
             if not job.ended or name in self._finished:
                 continue
             self._finished.add(name)
+            warnings = job.warnings
             try:
                 result = job.future.result(timeout=60)
             except Exception as exc:  # the job's own failure, recorded for the table
-                self.store.finish(name, self.run, error=f"{type(exc).__name__}: {exc}")
+                error = f"{type(exc).__name__}: {exc}"
+                self.store.finish(name, self.run, error=error, warnings=warnings)
                 logger.warning("job %s failed: %s", name, exc)
             else:
-                self.store.finish(name, self.run, result=result)
+                self.store.finish(name, self.run, result=result, warnings=warnings)
                 logger.info("job %s done: %s", name, result)
+            for text in warnings:
+                logger.warning("job %s: %s", name, text)
 
     @property
     def harvest_fraction(self) -> float | None:

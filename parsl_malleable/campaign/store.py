@@ -37,7 +37,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     node_seconds REAL NOT NULL DEFAULT 0,
     rescales INTEGER NOT NULL DEFAULT 0,
     result TEXT,
-    error TEXT
+    error TEXT,
+    warnings TEXT
 );
 CREATE TABLE IF NOT EXISTS job_samples (
     t REAL NOT NULL, run INTEGER NOT NULL, job TEXT NOT NULL, nodes INTEGER NOT NULL,
@@ -69,6 +70,7 @@ class JobRow:
     rescales: int
     result: dict[str, Any] | None
     error: str | None
+    warnings: list[str]
 
 
 class CampaignStore:
@@ -91,7 +93,15 @@ class CampaignStore:
                 self.path.chmod(0o600)
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.executescript(SCHEMA)
+            self._add_missing_columns()
             self.db.commit()
+
+    def _add_missing_columns(self) -> None:
+        # A folder written by an earlier version lacks later columns; CREATE TABLE IF NOT
+        # EXISTS leaves its table as it was, so add them (empty) instead of failing on resume.
+        have = {row[1] for row in self.db.execute("PRAGMA table_info(jobs)")}
+        if "warnings" not in have:
+            self.db.execute("ALTER TABLE jobs ADD COLUMN warnings TEXT")
 
     def close(self) -> None:
         """Close the database."""
@@ -163,7 +173,7 @@ class CampaignStore:
         """Every job, in insertion order."""
         rows = self.db.execute(
             "SELECT name, spec, params, status, submissions, finished_in_run, resumed_from_step,"
-            " first_start, finished_at, node_seconds, rescales, result, error"
+            " first_start, finished_at, node_seconds, rescales, result, error, warnings"
             " FROM jobs ORDER BY rowid"
         ).fetchall()
         return [
@@ -181,6 +191,7 @@ class CampaignStore:
                 rescales=r[10],
                 result=json.loads(r[11]) if r[11] else None,
                 error=r[12],
+                warnings=json.loads(r[13]) if r[13] else [],
             )
             for r in rows
         ]
@@ -194,17 +205,28 @@ class CampaignStore:
         )
         self.db.commit()
 
-    def finish(self, name: str, run: int, *, result: Any = None, error: str | None = None) -> None:
-        """The job ended: ``done`` with its result, or ``failed`` with the error."""
+    def finish(
+        self,
+        name: str,
+        run: int,
+        *,
+        result: Any = None,
+        error: str | None = None,
+        warnings: Iterable[str] = (),
+    ) -> None:
+        """The job ended: ``done`` with its result, or ``failed`` with the error; ``warnings``
+        are what its ranks reported on the way (a resume that skipped a damaged checkpoint, a
+        checkpoint that could not be written), kept with the result."""
         self.db.execute(
             "UPDATE jobs SET status = ?, finished_in_run = ?, finished_at = ?, result = ?,"
-            " error = ? WHERE name = ?",
+            " error = ?, warnings = ? WHERE name = ?",
             (
                 "failed" if error is not None else "done",
                 run,
                 time.time(),
                 json.dumps(result, default=str) if error is None else None,
                 error,
+                json.dumps(list(warnings)),
                 name,
             ),
         )

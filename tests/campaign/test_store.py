@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from parsl_malleable.campaign.results import harvest_fraction, results_frame, write_results
@@ -131,3 +132,36 @@ def test_live_and_status_tables_show_jobs_nodes_and_fraction(tmp_path: Path) -> 
     assert "harvest fraction 75%" in text and "812" in text and "0.971" in text
     console.print(status_table(runner.store.jobs(), {"runs": "1", "state": "finished"}))
     assert "test_accuracy=0.971" in console.export_text()
+
+
+def test_checkpoint_fallbacks_reach_the_campaign_results(tmp_path: Path) -> None:
+    store = CampaignStore(tmp_path)
+    store.begin_run("c.yaml", now=0.0)
+    store.sync_jobs([("a", {"app": "m:f"}, {}), ("b", {"app": "m:f"}, {})])
+    fallback = "resuming from step 20: skipped 1 newer checkpoint(s): step-40.pt: truncated"
+    store.finish("a", 1, result={"steps": 50}, warnings=[fallback])
+    store.finish("b", 1, result={"steps": 50})
+    rows = {r.name: r for r in store.jobs()}
+    assert rows["a"].warnings == [fallback] and rows["b"].warnings == []
+    frame = results_frame(store)
+    assert frame.loc[0, "warnings"] == fallback and pd.isna(frame.loc[1, "warnings"])
+
+
+def test_a_store_from_before_warnings_gains_the_column(tmp_path: Path) -> None:
+    import sqlite3
+
+    old = sqlite3.connect(tmp_path / CampaignStore.FILE)
+    old.execute(
+        "CREATE TABLE jobs (name TEXT PRIMARY KEY, spec TEXT NOT NULL, params TEXT NOT NULL,"
+        " status TEXT NOT NULL, submissions INTEGER NOT NULL DEFAULT 0, finished_in_run INTEGER,"
+        " resumed_from_step INTEGER, first_start REAL, finished_at REAL,"
+        " node_seconds REAL NOT NULL DEFAULT 0, rescales INTEGER NOT NULL DEFAULT 0,"
+        " result TEXT, error TEXT)"
+    )
+    old.execute("INSERT INTO jobs (name, spec, params, status) VALUES ('a', '{}', '{}', 'done')")
+    old.commit()
+    old.close()
+    store = CampaignStore(tmp_path)
+    assert [(r.name, r.status, r.warnings) for r in store.jobs()] == [("a", "done", [])]
+    store.finish("a", 2, result={}, warnings=["w"])
+    assert store.jobs()[0].warnings == ["w"]
