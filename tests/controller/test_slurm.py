@@ -23,7 +23,7 @@ from parsl_malleable.controller import CoreSettings, configure
 from parsl_malleable.harvest.states import CancelReason
 from parsl_malleable.provider import BackfillProvider, harvest_executor
 from tests.elastic import elastic_scenario as sc
-from tests.provider.conftest import Natives, job_states
+from tests.provider.conftest import Natives, job_states, wait_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -96,6 +96,17 @@ def test_three_jobs_follow_the_allocator_through_yields_and_timeouts(
             assert samples[-1]["t"] < 420, samples[-1]
             time.sleep(0.5)
         results = {name: job.future.result(timeout=60) for name, job in jobs.items()}
+
+        def some_block_timed_out() -> bool:
+            return any(
+                r.cancel_reason is None and r.end_state is P.TIMEOUT for r in provider.history()
+            )
+
+        # A fast run can end before any block's walltime: then wait for the first block still
+        # running to reach it, so the walltime path is always exercised.
+        deadlines = [b.deadline for b in provider.blocks() if b.deadline is not None]
+        if not some_block_timed_out() and deadlines:
+            wait_for(some_block_timed_out, max(0.0, min(deadlines) - time.time()) + 60)
         history = provider.history()
 
     assert native_submitted
