@@ -39,6 +39,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -113,13 +114,13 @@ def slurm(*argv: str) -> str:
     ).stdout
 
 
-def wait_until(done: object, timeout_s: float, step_s: float = 0.5) -> bool:
+def wait_until(done: Callable[[], bool], timeout_s: float, step_s: float = 0.5) -> bool:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if done():  # type: ignore[operator]
+        if done():
             return True
         time.sleep(step_s)
-    return bool(done())  # type: ignore[operator]
+    return done()
 
 
 def machine_idle() -> bool:

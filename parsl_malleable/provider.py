@@ -20,7 +20,6 @@ from __future__ import annotations
 import itertools
 import logging
 import math
-import os
 import re
 import threading
 import time
@@ -275,8 +274,7 @@ class BackfillProvider(ExecutionProvider, RepresentationMixin):
         """Touch the heartbeat file: the driver is alive (the heartbeat thread does this)."""
         path = self.heartbeat_file
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.touch(mode=0o600)
-        os.utime(path)
+        path.touch(mode=0o600)  # an existing file gets the current time
 
     def _beat_loop(self) -> None:
         # Its own thread: a poll stuck on a hung scheduler command must not stop the beat.
