@@ -430,16 +430,31 @@ class Controller:
             if outcome == "aborted" and not job.ended:
                 job.fail(job.coordinator.abort_message or "training aborted")
             if outcome == "done" and not job.ended and not self._rank0_pending(name):
-                why = self._agent_errors.get(name, "its worker was lost")
-                job.fail(
-                    "training finished but the task of rank 0 failed before returning its "
-                    f"result ({why}); the final checkpoint is in {job.options.checkpoint_dir}"
-                )
+                self._finish_without_rank0(name, job)
             if job.ended:
                 self.core.end_job(name, now)
                 if not any(lk.job == name for lk in self._links.values()):
                     job.coordinator.close()
                     self._ended[name] = self._jobs.pop(name)
+
+    def _finish_without_rank0(self, name: str, job: ControlledJob) -> None:
+        """Training finished, yet no agent brought rank 0's value (its worker was lost, e.g. the
+        block ended between ``finish`` and the task's return): use the copy rank 0 sent the
+        coordinator with ``finish``, or fail saying where the final checkpoint is."""
+        why = self._agent_errors.get(name, "its worker was lost")
+        copy = job.coordinator.result
+        if copy is not None:
+            job.coordinator.warn(
+                f"the task of rank 0 failed after training finished ({why}); the result is "
+                "the copy rank 0 sent its coordinator (as JSON: tuples became lists)"
+            )
+            job.complete(copy[0])
+            return
+        job.fail(
+            "training finished but the task of rank 0 failed before returning its "
+            f"result ({why}); the result does not travel as JSON, so only Parsl could bring "
+            f"it; the final checkpoint is in {job.options.checkpoint_dir}"
+        )
 
     def _rank0_pending(self, name: str) -> bool:
         """Whether an agent that ran ranks of ``name`` may still bring its result."""

@@ -126,6 +126,9 @@ class Coordinator:
         self._last_registration = 0.0
         self._outcome: str | None = None  # "done" or "aborted"
         self._abort_message: str | None = None
+        # Rank 0's return value, sent with ``finish`` when it encodes as JSON: the copy the
+        # controller uses if rank 0's worker is lost before its Parsl task returns.
+        self._result: tuple[Any] | None = None
         self._server: CoordinatorServer | None = None
         self._threads: list[threading.Thread] = []
         self._closed = threading.Event()
@@ -202,6 +205,18 @@ class Coordinator:
     def outcome(self) -> str | None:
         """``"done"``, ``"aborted"`` or ``None`` while training goes on."""
         return self._outcome
+
+    @property
+    def result(self) -> tuple[Any] | None:
+        """``(value,)``: what rank 0 returned, as JSON decodes it, when it sent it with
+        ``finish``; None when training is not done or the value does not encode as JSON."""
+        return self._result
+
+    def warn(self, message: str) -> None:
+        """Record a warning for the job's owner (listed by :meth:`warnings`) and log it."""
+        with self._cond:
+            self._event("warning", member=None, message=message)
+        logger.warning("%s", message)
 
     @property
     def abort_message(self) -> str | None:
@@ -456,6 +471,8 @@ class Coordinator:
         with self._cond:
             if self._outcome is None:
                 self._outcome = "done"
+                if "result" in message:
+                    self._result = (message["result"],)
                 self._event("finished", member=member_id, step=message.get("step"))
             self._reconcile()
             self._cond.notify_all()

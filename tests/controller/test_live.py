@@ -19,6 +19,26 @@ from tests.elastic import elastic_scenario as sc
 
 pytestmark = pytest.mark.slow
 
+# Rank 0 trains to the end (``finish`` sent), then its worker process dies before the Parsl task
+# returns: what a block ending at that moment does. By value (its module says __main__): the
+# workers cannot import ``tests`` by name (see elastic_scenario).
+_LOSE_RANK0_SOURCE = """
+import os
+import signal
+
+from apps.digits import train_elastic
+
+
+def train_then_lose_rank0(ctx, **kwargs):
+    result = train_elastic(ctx, **kwargs)
+    if ctx.finished_rank == 0:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return result
+"""
+_namespace: dict = {"__name__": "__main__"}
+exec(compile(_LOSE_RANK0_SOURCE, "<training that loses rank 0>", "exec"), _namespace)
+train_then_lose_rank0 = _namespace["train_then_lose_rank0"]
+
 # Two nodes give a job little more than one: the allocator splits two nodes 1 + 1.
 CONCAVE = ScalingCurve((1, 2), (100.0, 110.0))
 
@@ -118,3 +138,17 @@ def test_a_killed_rank_is_replaced_on_its_node_within_15_s(tmp_path):
     assert victim.pid not in {m.pid for m in members}
     assert victim.block_id in {m.block_id for m in members}  # same node, new worker
     assert back_after < 15.0, back_after
+
+
+def test_a_result_lost_with_rank_0s_worker_after_training_comes_from_the_coordinator(tmp_path):
+    load(tmp_path / "runinfo", blocks=1)
+    try:
+        app = malleable_app(checkpoint_dir=str(tmp_path / "ckpt"), max_nodes=1, settle_s=0.5)(
+            train_then_lose_rank0
+        )
+        job = app.submit(epochs=3)
+        result = job.future.result(timeout=240)
+    finally:
+        parsl.dfk().cleanup()
+    assert result["test_accuracy"] >= 0.9 and result["samples_seen"] > 0, result
+    assert any("rank 0 failed after training finished" in w for w in job.warnings), job.warnings

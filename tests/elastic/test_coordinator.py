@@ -7,8 +7,10 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
+import torch
 
 from parsl_malleable.elastic.coordinator import Coordinator
+from parsl_malleable.elastic.rank import _result_copy
 from parsl_malleable.elastic.torch_backend import TorchRendezvousHost
 from parsl_malleable.elastic.wire import CoordinatorClient, Heartbeat
 from parsl_malleable.errors import ConfigError, MalleableError
@@ -169,3 +171,18 @@ def test_min_nodes_holds_ranks_until_enough_arrive():
             r.close()
     finally:
         c.close()
+
+
+def test_finish_keeps_a_json_copy_of_rank_0s_result_and_nothing_else(coordinator) -> None:
+    assert _result_copy({"acc": 0.97, "steps": (1, 2)}) == {
+        "result": {"acc": 0.97, "steps": (1, 2)}
+    }
+    assert _result_copy(torch.zeros(2)) == {}  # only Parsl can bring a tensor back
+    assert _result_copy("x" * (1 << 20)) == {}  # too big for one coordinator message
+    a = Rank(coordinator, "a")
+    assert a.req("join")["world_size"] == 1
+    assert coordinator.result is None
+    a.req("finish", epoch=1, step=3, **_result_copy({"acc": 0.97, "steps": (1, 2)}))
+    assert coordinator.outcome == "done"
+    assert coordinator.result == ({"acc": 0.97, "steps": [1, 2]},)  # as JSON decodes it
+    a.close()
