@@ -17,18 +17,19 @@ many times the job grew, shrank or stopped on the way. Behind it:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import logging
 import threading
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 import parsl
 from parsl.app.app import python_app
 from parsl.dataflow.futures import AppFuture
 from parsl.executors import HighThroughputExecutor, ThreadPoolExecutor
+from pydantic import Field, StrictStr
 
 from parsl_malleable.allocate.curve import ScalingCurve
 from parsl_malleable.controller.agent import JobPayload
@@ -39,6 +40,7 @@ from parsl_malleable.elastic.backends import BACKENDS, get_rendezvous_host
 from parsl_malleable.elastic.coordinator import Coordinator
 from parsl_malleable.elastic.rank import RankSettings
 from parsl_malleable.errors import ConfigError, MalleableError
+from parsl_malleable.inputs import Number, WholeCount, boundary
 
 logger = logging.getLogger(__name__)
 
@@ -53,45 +55,36 @@ class ElasticJobError(MalleableError):
     """Training failed on a rank (user code raised) or the job could not run."""
 
 
-@dataclass(frozen=True)
+@boundary(ConfigError)
 class ElasticOptions:
-    """Settings of one malleable app (see :func:`malleable_app` for their meaning)."""
+    """Settings of one malleable app (see :func:`malleable_app` for their meaning), checked
+    when the app is made."""
 
-    checkpoint_dir: str
-    min_nodes: int = 1
-    max_nodes: int = 1024
-    backend: str = "torch"
-    executor: str | None = None
-    controller_host: str | None = None
-    check_every: int = 1
-    checkpoint_every: int = 200
-    keep_checkpoints: int = 3
-    collective_timeout_s: float = 30.0
-    heartbeat_interval_s: float = 1.0
-    heartbeat_timeout_s: float = 10.0
-    settle_s: float = 0.5
-    reform_timeout_s: float = 60.0
-    torch_threads: int | None = 1
-    priority: float = 1.0
+    checkpoint_dir: Annotated[StrictStr, Field(min_length=1)]
+    min_nodes: Annotated[WholeCount, Field(ge=1)] = 1
+    max_nodes: WholeCount = 1024
+    backend: StrictStr = "torch"
+    executor: StrictStr | None = None
+    controller_host: StrictStr | None = None
+    check_every: Annotated[WholeCount, Field(ge=1)] = 1
+    checkpoint_every: Annotated[WholeCount, Field(ge=0)] = 200
+    keep_checkpoints: Annotated[WholeCount, Field(ge=1)] = 3
+    collective_timeout_s: Annotated[Number, Field(gt=0)] = 30.0
+    heartbeat_interval_s: Annotated[Number, Field(gt=0)] = 1.0
+    heartbeat_timeout_s: Annotated[Number, Field(gt=0)] = 10.0
+    settle_s: Annotated[Number, Field(ge=0)] = 0.5
+    reform_timeout_s: Annotated[Number, Field(gt=0)] = 60.0
+    torch_threads: Annotated[WholeCount, Field(ge=1)] | None = 1
+    priority: Annotated[Number, Field(gt=0)] = 1.0
     curve: ScalingCurve | None = None
 
-    def validate(self) -> None:
-        """Raise :class:`ConfigError` naming the first bad setting."""
+    def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
             raise ConfigError(f"backend must be one of {', '.join(BACKENDS)}; got {self.backend!r}")
-        if not 1 <= self.min_nodes <= self.max_nodes:
+        if self.min_nodes > self.max_nodes:
             raise ConfigError(
                 f"need 1 <= min_nodes <= max_nodes; got min_nodes={self.min_nodes}, "
                 f"max_nodes={self.max_nodes}"
-            )
-        for name in ("check_every", "keep_checkpoints"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name} must be >= 1; got {getattr(self, name)}")
-        if self.checkpoint_every < 0:
-            raise ConfigError(f"checkpoint_every must be >= 0; got {self.checkpoint_every}")
-        if not self.checkpoint_dir:
-            raise ConfigError(
-                "checkpoint_dir is required (a job with no node left resumes from it)"
             )
 
     def rank_settings(self) -> RankSettings:
@@ -205,7 +198,6 @@ class MalleableApp:
     """A training function wrapped by :func:`malleable_app`."""
 
     def __init__(self, fn: Callable[..., Any], options: ElasticOptions) -> None:
-        options.validate()
         self.fn = fn
         self.options = options
         functools.update_wrapper(self, fn)
@@ -279,7 +271,7 @@ def malleable_app(
     :class:`ElasticOptions` (``executor`` label, ``check_every``, ``checkpoint_every``,
     ``collective_timeout_s``, ...). The function must be importable on the workers.
     """
-    unknown = set(options) - set(ElasticOptions.__dataclass_fields__)
+    unknown = set(options) - {f.name for f in dataclasses.fields(ElasticOptions)}
     if unknown:
         raise ConfigError(f"malleable_app: unknown option(s) {', '.join(sorted(unknown))}")
     settings = ElasticOptions(

@@ -2,22 +2,100 @@
 
 Python's own conversions give silent wrong answers at the edges (``int(1.5) == 1``, ``NaN`` passes
 every ``<``/``>`` range check, ``list("abc")`` is three node names), so every boundary validates
-through the pydantic models and helpers here instead of converting by hand.
+with pydantic, through the types and helpers here, instead of converting by hand:
+
+* data classes that users or files fill (allocator jobs, curves and windows, controller job specs
+  and settings) are :func:`boundary` classes: pydantic dataclasses whose fields carry their rules
+  (:data:`WholeCount`, :data:`Number`, ``Field(ge=...)``) and whose failures raise the package's
+  own error type with :func:`explain`'s message;
+* YAML files (site profiles, campaigns) and option sets are pydantic models (:func:`validated`);
+* single values (a CLI flag, a function argument) go through :func:`whole_count`,
+  :func:`finite_number` or :class:`FiniteFloat`, which use the same two types.
+
+Data made inside the package from checked inputs is plain typed data and is not checked again.
 """
 
 from __future__ import annotations
 
-import math
+import dataclasses
+import functools
 import re
-from typing import Any, TypeVar
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar, cast, dataclass_transform
 
 import click
-from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from parsl_malleable.errors import ConfigError
 
-_COUNT = TypeAdapter(int)
 M = TypeVar("M", bound=BaseModel)
+C = TypeVar("C", bound=type)
+
+
+def _not_bool_or_text(value: object) -> object:
+    # pydantic's lax mode reads True as 1 and "2" as 2: a flag or a quoted YAML value in a count
+    # is a mistake to report, not to convert.
+    if isinstance(value, bool | str):
+        raise ValueError("must be a number, not a bool or a string")
+    return value
+
+
+WholeCount = Annotated[int, BeforeValidator(_not_bool_or_text)]
+"""An ``int`` from a whole number (``2`` or ``2.0``; not ``1.5``, ``NaN``, ``True`` or ``"2"``)."""
+
+Number = Annotated[float, BeforeValidator(_not_bool_or_text), Field(allow_inf_nan=False)]
+"""A finite ``float`` (not ``NaN``, ``inf``, ``True`` or ``"2"``)."""
+
+Period = Annotated[
+    float, Field(allow_inf_nan=True), Field(ge=0), BeforeValidator(_not_bool_or_text)
+]
+"""Seconds ``>= 0`` where ``inf`` means never (``NaN`` is refused by the bound)."""
+
+_COUNT: TypeAdapter[int] = TypeAdapter(WholeCount)
+_NUMBER: TypeAdapter[float] = TypeAdapter(Number)
+
+BOUNDARY_CONFIG = ConfigDict(
+    allow_inf_nan=False, arbitrary_types_allowed=True, revalidate_instances="never"
+)
+
+
+@dataclass_transform(frozen_default=True, field_specifiers=(dataclasses.field, Field))
+def boundary(error: type[Exception] = ConfigError) -> Callable[[C], C]:
+    """Make a class a frozen pydantic dataclass whose invalid input raises ``error`` (with
+    :func:`explain`'s message: every bad field, its value and its rule).
+
+    Field rules go in the annotations; rules across fields in ``__post_init__``, which raises
+    ``error`` itself. It runs once, after the fields are checked (a ``model_validator`` would run
+    again each time an instance is passed as another class's field).
+    """
+
+    def wrap(cls: C) -> C:
+        made = pydantic_dataclass(frozen=True, config=BOUNDARY_CONFIG)(cls)
+        init = made.__init__
+        names = [f.name for f in dataclasses.fields(made)]
+
+        @functools.wraps(init)
+        def checked_init(self: Any, *args: Any, **kwargs: Any) -> None:
+            # By keyword, so that errors name fields ("nodes.0"), not argument positions.
+            if len(args) > len(names):
+                raise TypeError(f"{cls.__name__} takes {len(names)} fields, got {len(args)}")
+            positional = dict(zip(names, args, strict=False))
+            if twice := positional.keys() & kwargs.keys():
+                raise TypeError(f"{cls.__name__} got {sorted(twice)} twice")
+            kwargs.update(positional)
+            try:
+                init(self, **kwargs)
+            except ValidationError as exc:
+                named = kwargs.get("name")
+                what = f"{cls.__name__} {named!r}" if isinstance(named, str) else cls.__name__
+                raise error(f"{what}: {explain(exc)}") from None
+
+        made.__init__ = checked_init  # type: ignore[method-assign]
+        return cast(C, made)
+
+    return wrap
+
 
 SAFE_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 """Names that go into file names, job names and scripts: 1-64 letters, digits, ``_.-``."""
@@ -55,10 +133,8 @@ def validated(model: type[M], error: type[Exception] = ConfigError, **values: An
 def whole_count(
     value: object, what: str, *, minimum: int = 0, error: type[Exception] = ConfigError
 ) -> int:
-    """``value`` as an ``int`` when it is a whole number ``>= minimum`` (``2.0`` yes; ``1.5``,
-    ``NaN``, ``True`` and ``"2"`` no), else ``error`` naming ``what``."""
-    if isinstance(value, bool | str):
-        raise error(f"{what} must be a whole number, got {value!r}")
+    """``value`` as an ``int`` when it is a :data:`WholeCount` ``>= minimum``, else ``error``
+    naming ``what``."""
     try:
         count = _COUNT.validate_python(value)
     except ValidationError:
@@ -77,13 +153,11 @@ def finite_number(
     le: float | None = None,
     error: type[Exception] = ConfigError,
 ) -> float:
-    """``value`` as a finite float within the bound, else ``error`` naming ``what``."""
+    """``value`` as a :data:`Number` within the bound, else ``error`` naming ``what``."""
     try:
-        number = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        raise error(f"{what} must be a number, got {value!r}") from None
-    if isinstance(value, bool | str) or not math.isfinite(number):
-        raise error(f"{what} must be a finite number, got {value!r}")
+        number = _NUMBER.validate_python(value)
+    except ValidationError:
+        raise error(f"{what} must be a finite number, got {value!r}") from None
     if (gt is not None and not number > gt) or (ge is not None and not number >= ge):
         bound = f"> {gt}" if gt is not None else f">= {ge}"
         raise error(f"{what} must be {bound}, got {value!r}")

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from typing import Annotated
+
+from pydantic import Field
 
 from parsl_malleable.allocate.errors import AllocationInputError
-from parsl_malleable.inputs import whole_count
+from parsl_malleable.inputs import Number, WholeCount, boundary
 
 
-@dataclass(frozen=True)
+@boundary(AllocationInputError)
 class ScalingCurve:
     """Throughput of one training job as a function of its node count.
 
@@ -21,39 +22,26 @@ class ScalingCurve:
     stays flat, because a job gains nothing from nodes nobody has measured or predicted.
     """
 
-    nodes: tuple[int, ...]
-    throughput: tuple[float, ...]
-    stderr: tuple[float, ...] | None = None
+    nodes: tuple[Annotated[WholeCount, Field(ge=0)], ...]
+    throughput: tuple[Annotated[Number, Field(ge=0)], ...]
+    stderr: tuple[Annotated[Number, Field(ge=0)], ...] | None = None
 
     def __post_init__(self) -> None:
-        nodes = tuple(
-            whole_count(n, "scaling curve: node count", error=AllocationInputError)
-            for n in self.nodes
-        )
-        rates = tuple(float(r) for r in self.throughput)
+        nodes, rates = self.nodes, self.throughput
         if not nodes:
             raise AllocationInputError("scaling curve: no points")
         if len(nodes) != len(rates):
             raise AllocationInputError(
                 f"scaling curve: {len(nodes)} node counts but {len(rates)} throughputs"
             )
-        if any(b <= a for a, b in itertools.pairwise(nodes)) or nodes[0] < 0:
+        if any(b <= a for a, b in itertools.pairwise(nodes)):
             raise AllocationInputError(
-                f"scaling curve: node counts must be >= 0 and strictly increasing, got {nodes}"
-            )
-        if any(not math.isfinite(r) or r < 0 for r in rates):
-            raise AllocationInputError(
-                f"scaling curve: throughputs must be finite and >= 0: {rates}"
+                f"scaling curve: node counts must be strictly increasing, got {nodes}"
             )
         if nodes[0] == 0 and rates[0] != 0.0:
             raise AllocationInputError("scaling curve: throughput at 0 nodes must be 0")
-        if self.stderr is not None:
-            errs = tuple(float(e) for e in self.stderr)
-            if len(errs) != len(nodes) or any(not math.isfinite(e) or e < 0 for e in errs):
-                raise AllocationInputError("scaling curve: stderr must be >= 0, one per point")
-            object.__setattr__(self, "stderr", errs)
-        object.__setattr__(self, "nodes", nodes)
-        object.__setattr__(self, "throughput", rates)
+        if self.stderr is not None and len(self.stderr) != len(nodes):
+            raise AllocationInputError("scaling curve: stderr must have one value per point")
 
     @classmethod
     def from_points(cls, points: Sequence[tuple[int, float]]) -> ScalingCurve:

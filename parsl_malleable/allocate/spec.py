@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
+from typing import Annotated
+
+from pydantic import Field, StrictStr
 
 from parsl_malleable.allocate.curve import ScalingCurve
 from parsl_malleable.allocate.errors import AllocationInputError
-from parsl_malleable.inputs import whole_count
+from parsl_malleable.inputs import Number, WholeCount, boundary
 
 
-@dataclass(frozen=True)
+@boundary(AllocationInputError)
 class TrainingJob:
     """One malleable training job as the allocator sees it.
 
@@ -20,40 +21,28 @@ class TrainingJob:
     objective; ``current_nodes`` are the node ids it holds now (never migrated).
     """
 
-    name: str
-    min_nodes: int
-    max_nodes: int
+    name: Annotated[StrictStr, Field(min_length=1)]
+    min_nodes: Annotated[WholeCount, Field(ge=1)]
+    max_nodes: WholeCount
     curve: ScalingCurve
-    scale_up_cost: float
-    scale_down_cost: float
-    weight: float = 1.0
-    current_nodes: tuple[str, ...] = ()
+    scale_up_cost: Annotated[Number, Field(ge=0)]
+    scale_down_cost: Annotated[Number, Field(ge=0)]
+    weight: Annotated[Number, Field(gt=0)] = 1.0
+    current_nodes: tuple[StrictStr, ...] = ()
 
     def __post_init__(self) -> None:
         where = f"job {self.name!r}"
-        if not self.name:
-            raise AllocationInputError("job with an empty name")
-        for key in ("min_nodes", "max_nodes"):
-            count = whole_count(getattr(self, key), f"{where}: {key}", error=AllocationInputError)
-            object.__setattr__(self, key, count)
-        if not 1 <= self.min_nodes <= self.max_nodes:
+        if self.min_nodes > self.max_nodes:
             raise AllocationInputError(
                 f"{where}: need 1 <= min_nodes <= max_nodes, got {self.min_nodes}, {self.max_nodes}"
             )
-        for key in ("scale_up_cost", "scale_down_cost"):
-            value = getattr(self, key)
-            if not math.isfinite(value) or value < 0:
-                raise AllocationInputError(f"{where}: {key} must be >= 0 seconds, got {value}")
-        if not math.isfinite(self.weight) or self.weight <= 0:
-            raise AllocationInputError(f"{where}: weight must be > 0, got {self.weight}")
-        nodes = tuple(self.current_nodes)
+        nodes = self.current_nodes
         if len(set(nodes)) != len(nodes):
             raise AllocationInputError(f"{where}: current_nodes lists a node twice")
         if nodes and not self.min_nodes <= len(nodes) <= self.max_nodes:
             raise AllocationInputError(
                 f"{where}: holds {len(nodes)} nodes, outside [{self.min_nodes}, {self.max_nodes}]"
             )
-        object.__setattr__(self, "current_nodes", nodes)
 
     @property
     def current_rate(self) -> float:
@@ -61,7 +50,7 @@ class TrainingJob:
         return self.curve(len(self.current_nodes))
 
 
-@dataclass(frozen=True)
+@boundary(AllocationInputError)
 class NodeWindow:
     """A group of nodes predicted to stay idle (usable) for ``remaining_s`` more seconds.
 
@@ -69,16 +58,8 @@ class NodeWindow:
     the allocator's default horizon.
     """
 
-    nodes: tuple[str, ...]
-    remaining_s: float
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "nodes", tuple(self.nodes))
-        if not math.isfinite(self.remaining_s) or self.remaining_s < 0:
-            raise AllocationInputError(
-                f"window of {len(self.nodes)} nodes: remaining_s must be finite and >= 0, "
-                f"got {self.remaining_s}"
-            )
+    nodes: tuple[StrictStr, ...]
+    remaining_s: Annotated[Number, Field(ge=0)]
 
     @classmethod
     def ending_at(cls, nodes: tuple[str, ...], end: float, now: float) -> NodeWindow:

@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.live import Live
 
 from parsl_malleable.errors import ConfigError
+from parsl_malleable.inputs import FiniteFloat
 
 if TYPE_CHECKING:  # the runner imports Parsl; --help must stay light
     from parsl_malleable.campaign.runner import CampaignRunner
@@ -43,7 +44,7 @@ def _output_for(campaign_file: Path, configured: str | None, given: Path | None)
 @click.option("--site", default=None, help="site profile to use instead of the campaign's")
 @click.option(
     "--time-limit",
-    type=float,
+    type=FiniteFloat(gt=0),
     default=None,
     help="stop after this many seconds (jobs resume at the next run)",
 )

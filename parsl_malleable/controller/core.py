@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import field
+from typing import Annotated, Any
+
+from pydantic import Field
 
 from parsl_malleable.controller.model import (
     Action,
@@ -33,6 +35,7 @@ from parsl_malleable.controller.model import (
 )
 from parsl_malleable.controller.policy import PolicySettings, decide
 from parsl_malleable.errors import ConfigError
+from parsl_malleable.inputs import Number, Period, boundary
 from parsl_malleable.profile.profiler import ScalabilityProfiler
 
 logger = logging.getLogger(__name__)
@@ -41,22 +44,18 @@ WindowSource = Callable[[Sequence[str], float], Mapping[str, float]]
 """Predicted seconds each of the given nodes stays idle after ``now`` (missing: unknown)."""
 
 
-@dataclass(frozen=True)
+@boundary(ConfigError)
 class CoreSettings:
     """Timing of decisions: wait ``debounce_s`` after the last event (at most ``max_delay_s``
     after the first) before deciding; re-decide every ``redecide_s`` once new throughput has
-    been measured; drain a block's ranks ``drain_margin_s`` before its deadline."""
+    been measured (``inf``: never; the replay decides at events only); drain a block's ranks
+    ``drain_margin_s`` before its deadline."""
 
-    debounce_s: float = 0.5
-    max_delay_s: float = 2.0
-    redecide_s: float = 30.0
-    drain_margin_s: float = 30.0
+    debounce_s: Annotated[Number, Field(ge=0)] = 0.5
+    max_delay_s: Annotated[Number, Field(ge=0)] = 2.0
+    redecide_s: Period = 30.0
+    drain_margin_s: Annotated[Number, Field(ge=0)] = 30.0
     policy: PolicySettings = field(default_factory=PolicySettings)
-
-    def __post_init__(self) -> None:
-        for name in ("debounce_s", "max_delay_s", "redecide_s", "drain_margin_s"):
-            if not getattr(self, name) >= 0:
-                raise ConfigError(f"controller {name} must be >= 0; got {getattr(self, name)}")
 
 
 class ControllerCore:

@@ -6,14 +6,17 @@ these from their own worlds and read the actions back.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
+from typing import Annotated
+
+from pydantic import Field, StrictStr
 
 from parsl_malleable.allocate.curve import ScalingCurve
 from parsl_malleable.errors import ConfigError
+from parsl_malleable.inputs import Number, WholeCount, boundary
 
 
-@dataclass(frozen=True)
+@boundary(ConfigError)
 class JobSpec:
     """A training job as the controller schedules it.
 
@@ -27,15 +30,15 @@ class JobSpec:
     so each family is profiled once.
     """
 
-    name: str
-    min_nodes: int = 1
-    max_nodes: int = 1024
-    priority: float = 1.0
+    name: Annotated[StrictStr, Field(min_length=1)]
+    min_nodes: Annotated[WholeCount, Field(ge=1)] = 1
+    max_nodes: WholeCount = 1024
+    priority: Annotated[Number, Field(gt=0)] = 1.0
     curve: ScalingCurve | None = None
-    scale_up_s: float | None = None
-    scale_down_s: float | None = None
-    samples: float | None = None
-    family: str | None = None
+    scale_up_s: Annotated[Number, Field(ge=0)] | None = None
+    scale_down_s: Annotated[Number, Field(ge=0)] | None = None
+    samples: Annotated[Number, Field(gt=0)] | None = None
+    family: StrictStr | None = None
 
     @property
     def profile_key(self) -> str:
@@ -43,21 +46,11 @@ class JobSpec:
         return f"family:{self.family}" if self.family else self.name
 
     def __post_init__(self) -> None:
-        if not self.name:
-            raise ConfigError("a job needs a name")
-        if not 1 <= self.min_nodes <= self.max_nodes:
+        if self.min_nodes > self.max_nodes:
             raise ConfigError(
                 f"job {self.name!r}: need 1 <= min_nodes <= max_nodes; got "
                 f"min_nodes={self.min_nodes}, max_nodes={self.max_nodes}"
             )
-        if not math.isfinite(self.priority) or self.priority <= 0:
-            raise ConfigError(f"job {self.name!r}: priority must be > 0; got {self.priority}")
-        for what in ("scale_up_s", "scale_down_s"):
-            value = getattr(self, what)
-            if value is not None and not (math.isfinite(value) and value >= 0):
-                raise ConfigError(f"job {self.name!r}: {what} must be >= 0; got {value}")
-        if self.samples is not None and not (math.isfinite(self.samples) and self.samples > 0):
-            raise ConfigError(f"job {self.name!r}: samples must be > 0; got {self.samples}")
 
 
 @dataclass

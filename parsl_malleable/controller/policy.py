@@ -17,22 +17,26 @@ import math
 import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from typing import Annotated, Literal
+
+from pydantic import Field, StrictBool
 
 from parsl_malleable.allocate.api import allocate
 from parsl_malleable.allocate.curve import ScalingCurve
 from parsl_malleable.allocate.objectives import check_objective
+from parsl_malleable.allocate.solve import SOLVERS
 from parsl_malleable.allocate.spec import NodeWindow, TrainingJob
 from parsl_malleable.controller.model import Decision, JobSpec, JobTerms
 from parsl_malleable.errors import ConfigError
+from parsl_malleable.inputs import Number, WholeCount, boundary
 from parsl_malleable.profile.design import size_grid
 from parsl_malleable.profile.points import points_curve
 from parsl_malleable.profile.profiler import ScalabilityProfiler
 
-CURVE_MODELS = ("gp", "points")
+CURVE_MODELS = ("gp", "points")  # PolicySettings.curve_model's choices
 
 
-@dataclass(frozen=True)
+@boundary(ConfigError)
 class PolicySettings:
     """How decisions are made.
 
@@ -53,30 +57,26 @@ class PolicySettings:
 
     objective: str = "weighted"
     solver: str = "highs"
-    time_limit_s: float = 0.5
-    gap_rel: float = 1e-3
-    default_window_s: float = 3600.0
-    max_horizon_s: float = 3600.0
-    max_classes: int = 4
-    scale_up_s: float = 5.0
-    scale_down_s: float = 2.0
-    explore_kappa: float = 1.0
-    profiler: bool = True
-    prior_rate: float | None = None
-    curve_model: str = "gp"
-    charge_start: bool = True
-    completion_decay: float = 0.5
-    threads: int | None = 1
+    time_limit_s: Annotated[Number, Field(gt=0)] = 0.5
+    gap_rel: Annotated[Number, Field(ge=0, lt=1)] = 1e-3
+    default_window_s: Annotated[Number, Field(gt=0)] = 3600.0
+    max_horizon_s: Annotated[Number, Field(gt=0)] = 3600.0
+    max_classes: Annotated[WholeCount, Field(ge=1)] = 4
+    scale_up_s: Annotated[Number, Field(ge=0)] = 5.0
+    scale_down_s: Annotated[Number, Field(ge=0)] = 2.0
+    explore_kappa: Annotated[Number, Field(ge=0)] = 1.0
+    profiler: StrictBool = True
+    prior_rate: Annotated[Number, Field(gt=0)] | None = None
+    curve_model: Literal["gp", "points"] = "gp"
+    charge_start: StrictBool = True
+    completion_decay: Annotated[Number, Field(gt=0, le=1)] = 0.5
+    threads: Annotated[WholeCount, Field(ge=1)] | None = 1
 
     def __post_init__(self) -> None:
         if self.objective != "completion":
             check_objective(self.objective)
-        if not 0.0 < self.completion_decay <= 1.0:
-            raise ConfigError(f"completion_decay must be in (0, 1]; got {self.completion_decay}")
-        if self.curve_model not in CURVE_MODELS:
-            raise ConfigError(
-                f"curve_model {self.curve_model!r} is not one of {', '.join(CURVE_MODELS)}"
-            )
+        if self.solver not in SOLVERS:
+            raise ConfigError(f"solver {self.solver!r} is not one of {', '.join(SOLVERS)}")
 
 
 def _profiled(spec: JobSpec, profiler: ScalabilityProfiler) -> ScalingCurve:

@@ -4,34 +4,41 @@ from __future__ import annotations
 
 import csv
 import datetime as dt
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
+from typing import Annotated
+
+from pydantic import Field, StrictStr
 
 from parsl_malleable.allocate.curve import ScalingCurve
 from parsl_malleable.allocate.workload import _csv_file, load_workload
 from parsl_malleable.errors import ConfigError, TraceFormatError
+from parsl_malleable.inputs import Number, WholeCount, boundary
 from parsl_malleable.traces._io import open_text
 
 
-@dataclass(frozen=True)
+@boundary(ConfigError)
 class ReplayJob:
     """One training job of a replay: its true curve and costs (the replay's physics), bounds,
     the samples it must train, and when it is submitted (seconds, the idle timeline's clock);
     ``family`` names its model (jobs of one family have the same curve)."""
 
-    name: str
+    name: Annotated[StrictStr, Field(min_length=1)]
     curve: ScalingCurve
-    min_nodes: int
-    max_nodes: int
-    scale_up_s: float
-    scale_down_s: float
-    samples: float
-    submit: float
-    family: str | None = None
+    min_nodes: Annotated[WholeCount, Field(ge=1)]
+    max_nodes: WholeCount
+    scale_up_s: Annotated[Number, Field(ge=0)]
+    scale_down_s: Annotated[Number, Field(ge=0)]
+    samples: Annotated[Number, Field(gt=0)]
+    submit: Number
+    family: StrictStr | None = None
 
     def __post_init__(self) -> None:
-        if not self.samples > 0:
-            raise ConfigError(f"job {self.name!r}: samples must be > 0; got {self.samples}")
+        if self.min_nodes > self.max_nodes:
+            raise ConfigError(
+                f"job {self.name!r}: need 1 <= min_nodes <= max_nodes; got "
+                f"min_nodes={self.min_nodes}, max_nodes={self.max_nodes}"
+            )
 
 
 def _when(text: str) -> float:

@@ -142,10 +142,20 @@ def test_measured_throughput_replaces_the_prior_and_ended_jobs_free_their_nodes(
 def test_bad_jobs_and_settings_are_refused_by_name():
     with pytest.raises(ConfigError, match="min_nodes=3, max_nodes=2"):
         JobSpec("x", 3, 2)
-    with pytest.raises(ConfigError, match="priority must be > 0"):
+    with pytest.raises(ConfigError, match="JobSpec 'x': priority=0: Input should be greater"):
         JobSpec("x", priority=0)
-    with pytest.raises(ConfigError, match="debounce_s must be >= 0"):
+    with pytest.raises(ConfigError, match="JobSpec 'x': max_nodes=True: "):
+        JobSpec("x", max_nodes=True)  # not a count of 1
+    with pytest.raises(ConfigError, match=r"CoreSettings: debounce_s=nan: .*finite"):
         CoreSettings(debounce_s=float("nan"))
+    with pytest.raises(ConfigError, match="curve_model='pts': Input should be 'gp' or 'points'"):
+        PolicySettings(curve_model="pts")
+    with pytest.raises(ConfigError, match="solver 'glpk' is not one of"):
+        PolicySettings(solver="glpk")
+    with pytest.raises(ConfigError, match="objective 'speed' is not one of"):
+        PolicySettings(objective="speed")
+    with pytest.raises(ConfigError, match=r"threads=1\.5: .*fractional"):
+        PolicySettings(threads=1.5)
     c = core()
     c.add_job(JobSpec("x"), 0.0)
     with pytest.raises(ConfigError, match="already registered"):

@@ -21,8 +21,12 @@ def test_options_are_checked_by_name(tmp_path):
         malleable_app(checkpoint_dir=str(tmp_path), backend="mpi")(train_elastic)
     with pytest.raises(ConfigError, match="min_nodes=4, max_nodes=2"):
         malleable_app(checkpoint_dir=str(tmp_path), min_nodes=4, max_nodes=2)(train_elastic)
-    with pytest.raises(ConfigError, match="check_every must be >= 1"):
-        ElasticOptions(checkpoint_dir=str(tmp_path), check_every=0).validate()
+    with pytest.raises(
+        ConfigError, match=r"ElasticOptions: check_every=0: .*greater than or equal to 1"
+    ):
+        ElasticOptions(checkpoint_dir=str(tmp_path), check_every=0)
+    with pytest.raises(ConfigError, match=r"checkpoint_every=2\.5: .*fractional part"):
+        malleable_app(checkpoint_dir=str(tmp_path), checkpoint_every=2.5)
 
 
 def test_submit_without_a_htex_names_the_executors_found(tmp_path):
