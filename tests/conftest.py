@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from parsl_malleable import data
+from tests import background_checks
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -30,3 +31,10 @@ def traces_dir(data_root: Path) -> Path:
 def bftrainer_dir(data_root: Path) -> Path:
     """The FreeTrain/BFTrainer workloads and the Summit idle trace, gzipped CSVs."""
     return data_root / "bftrainer"
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start the type check in the background when the session will run it (see
+    ``tests/background_checks.py``)."""
+    if any(item.nodeid.startswith("tests/test_types.py") for item in session.items):
+        background_checks.mypy()

@@ -1,30 +1,22 @@
 """mypy finds no type error in parsl_malleable/ (settings: [tool.mypy] in pyproject.toml).
 
 CI runs only the README's test command, so the type check is a test. It is skipped where mypy
-is not installed (it comes with the ``test`` extra, pinned, so CI always has it).
+is not installed (it comes with the ``test`` extra, pinned, so CI always has it). mypy runs in the
+background from the start of the session (``tests/background_checks.py``).
 """
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from tests import background_checks
 
 
 @pytest.mark.timeout(300)
-def test_mypy_is_clean(tmp_path: Path) -> None:
-    pytest.importorskip("mypy", reason="mypy comes with the test extra")
-    done = subprocess.run(
-        # a fresh cache: an old one from another checkout must not hide errors here
-        [sys.executable, "-m", "mypy", "--cache-dir", str(tmp_path / "cache"), "parsl_malleable"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=280,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "Success: no issues found" in done.stdout
+def test_mypy_is_clean() -> None:
+    check = background_checks.mypy()
+    if check is None:
+        pytest.skip("mypy comes with the test extra")
+    status, output = check.result(timeout_s=280)
+    assert status == 0, output
+    assert "Success: no issues found" in output
