@@ -125,6 +125,7 @@ class Controller:
         self._agents: dict[str, tuple[AppFuture, float]] = {}
         self._agent_job: dict[str, str] = {}  # agent id -> the job it last ran ranks of
         self._agent_errors: dict[str, str] = {}  # job -> how the last agent that ran it failed
+        self._rank_errors: dict[str, str] = {}  # job -> what its training function last raised
         self._seen_blocks: dict[str, str] = {}  # block key -> Parsl block id
         self._blocks = BlockDiff()
         self._held_blocks: set[str] = set()  # Parsl block ids whose managers were held
@@ -290,8 +291,12 @@ class Controller:
         now = self.clock()
         with self._lock:
             job, link.job, link.member = link.job, None, None
+            # This agent's rank of ``job`` is over: it cannot bring rank 0's value any more.
+            self._agent_job.pop(link.agent_id, None)
             if report.get("status") == "failed":
                 logger.warning("rank of job %s failed: %s", job, report.get("reason"))
+                if job is not None:
+                    self._rank_errors[job] = str(report.get("reason"))
             if all(p.job is None for p in self._node_links(link.node_id)):
                 self.core.ranks_left(link.node_id, now)
         self._wake.set()
@@ -438,9 +443,18 @@ class Controller:
                     self._ended[name] = self._jobs.pop(name)
 
     def _finish_without_rank0(self, name: str, job: ControlledJob) -> None:
-        """Training finished, yet no agent brought rank 0's value (its worker was lost, e.g. the
-        block ended between ``finish`` and the task's return): use the copy rank 0 sent the
-        coordinator with ``finish``, or fail saying where the final checkpoint is."""
+        """Training finished, yet no agent brought rank 0's value: fail if the training function
+        raised after training; else (its worker was lost, e.g. the block ended between
+        ``finish`` and the task's return) use the copy rank 0 sent the coordinator with
+        ``finish``, or fail saying where the final checkpoint is."""
+        raised = self._rank_errors.get(name)
+        if raised is not None:
+            # Code after ``ctx.run`` failed: the copy is the loop's value, not the function's.
+            job.fail(
+                f"training finished, but the training function then raised: {raised}; the "
+                f"final checkpoint is in {job.options.checkpoint_dir}"
+            )
+            return
         why = self._agent_errors.get(name, "its worker was lost")
         copy = job.coordinator.result
         if copy is not None:

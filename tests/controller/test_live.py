@@ -13,15 +13,16 @@ from parsl.executors import HighThroughputExecutor
 
 from apps.digits import train_elastic
 from parsl_malleable.allocate.curve import ScalingCurve
-from parsl_malleable.app import malleable_app
+from parsl_malleable.app import ElasticJobError, malleable_app
 from parsl_malleable.controller.live import Controller
 from tests.elastic import elastic_scenario as sc
 
 pytestmark = pytest.mark.slow
 
 # Rank 0 trains to the end (``finish`` sent), then its worker process dies before the Parsl task
-# returns: what a block ending at that moment does. By value (its module says __main__): the
-# workers cannot import ``tests`` by name (see elastic_scenario).
+# returns (what a block ending at that moment does), or the function raises after training. By
+# value (its module says __main__): the workers cannot import ``tests`` by name (see
+# elastic_scenario).
 _LOSE_RANK0_SOURCE = """
 import os
 import signal
@@ -29,10 +30,12 @@ import signal
 from apps.digits import train_elastic
 
 
-def train_then_lose_rank0(ctx, **kwargs):
+def train_then_lose_rank0(ctx, then="kill", **kwargs):
     result = train_elastic(ctx, **kwargs)
-    if ctx.finished_rank == 0:
+    if ctx.finished_rank == 0 and then == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
+    if ctx.finished_rank == 0 and then == "raise":
+        raise ValueError("post-processing failed")
     return result
 """
 _namespace: dict = {"__name__": "__main__"}
@@ -141,14 +144,22 @@ def test_a_killed_rank_is_replaced_on_its_node_within_15_s(tmp_path):
 
 
 def test_a_result_lost_with_rank_0s_worker_after_training_comes_from_the_coordinator(tmp_path):
-    load(tmp_path / "runinfo", blocks=1)
+    load(tmp_path / "runinfo", blocks=2)
     try:
-        app = malleable_app(checkpoint_dir=str(tmp_path / "ckpt"), max_nodes=1, settle_s=0.5)(
-            train_then_lose_rank0
-        )
-        job = app.submit(epochs=3)
-        result = job.future.result(timeout=240)
+        jobs = {}
+        for then in ("kill", "raise"):
+            app = malleable_app(
+                checkpoint_dir=str(tmp_path / then), max_nodes=1, settle_s=0.5, curve=CONCAVE
+            )(train_then_lose_rank0)
+            jobs[then] = app.submit(then=then, epochs=3, name=then)
+        result = jobs["kill"].future.result(timeout=240)
+        with pytest.raises(ElasticJobError) as raised:
+            jobs["raise"].future.result(timeout=240)
     finally:
         parsl.dfk().cleanup()
+    # A lost worker: the copy rank 0 sent with ``finish``, and a warning that says so.
     assert result["test_accuracy"] >= 0.9 and result["samples_seen"] > 0, result
-    assert any("rank 0 failed after training finished" in w for w in job.warnings), job.warnings
+    warnings = jobs["kill"].warnings
+    assert any("rank 0 failed after training finished" in w for w in warnings), warnings
+    # Code after training raised: the job fails with that error, not with the loop's value.
+    assert "then raised: ValueError: post-processing failed" in str(raised.value), raised.value
