@@ -18,7 +18,7 @@ from parsl_malleable.allocate.horizon import HorizonClasses, classify
 from parsl_malleable.allocate.objectives import check_objective
 from parsl_malleable.allocate.options import AllocateOptions
 from parsl_malleable.allocate.result import Allocation
-from parsl_malleable.allocate.solve import SOLVERS, solve_problem
+from parsl_malleable.allocate.solve import check_solver, solve_problem
 from parsl_malleable.allocate.spec import NodeWindow, TrainingJob
 from parsl_malleable.inputs import validated
 
@@ -120,8 +120,8 @@ def allocate(
     the solver as a starting incumbent; a solver answer worse than it is replaced by it.
     """
     check_objective(objective)
-    if isinstance(solver, str) and solver not in SOLVERS:
-        raise AllocationInputError(f"solver {solver!r} is not one of {', '.join(SOLVERS)}")
+    if isinstance(solver, str):
+        check_solver(solver)
     checked = validated(
         AllocateOptions,
         AllocationInputError,

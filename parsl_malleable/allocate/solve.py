@@ -16,6 +16,13 @@ from parsl_malleable.allocate.errors import AllocationInputError
 SOLVERS = ("cbc", "highs", "greedy", "equal")
 
 
+def check_solver(name: str) -> str:
+    """Return ``name`` if it is a known solver, else raise naming the choices."""
+    if name not in SOLVERS:
+        raise AllocationInputError(f"solver {name!r} is not one of {', '.join(SOLVERS)}")
+    return name
+
+
 @dataclass(frozen=True)
 class SolveOutcome:
     """``status``: optimal, feasible (stopped early with an incumbent), or failed."""
@@ -120,7 +127,8 @@ def make_solver(
         return _StartedHiGHS(
             start or {}, msg=False, timeLimit=time_limit, gapRel=gap_rel, threads=threads
         )
-    raise AllocationInputError(f"solver {name!r} is not one of {', '.join(SOLVERS)}")
+    check_solver(name)
+    raise AssertionError(f"solver {name!r} is listed in SOLVERS but has no branch here")
 
 
 def solve_problem(

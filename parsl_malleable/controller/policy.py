@@ -24,7 +24,7 @@ from pydantic import Field, StrictBool
 from parsl_malleable.allocate.api import allocate
 from parsl_malleable.allocate.curve import ScalingCurve
 from parsl_malleable.allocate.objectives import check_objective
-from parsl_malleable.allocate.solve import SOLVERS
+from parsl_malleable.allocate.solve import check_solver
 from parsl_malleable.allocate.spec import NodeWindow, TrainingJob
 from parsl_malleable.controller.model import Decision, JobSpec, JobTerms
 from parsl_malleable.errors import ConfigError
@@ -32,8 +32,6 @@ from parsl_malleable.inputs import Number, WholeCount, boundary
 from parsl_malleable.profile.design import size_grid
 from parsl_malleable.profile.points import points_curve
 from parsl_malleable.profile.profiler import ScalabilityProfiler
-
-CURVE_MODELS = ("gp", "points")  # PolicySettings.curve_model's choices
 
 
 @boundary(ConfigError)
@@ -75,8 +73,7 @@ class PolicySettings:
     def __post_init__(self) -> None:
         if self.objective != "completion":
             check_objective(self.objective)
-        if self.solver not in SOLVERS:
-            raise ConfigError(f"solver {self.solver!r} is not one of {', '.join(SOLVERS)}")
+        check_solver(self.solver)
 
 
 def _profiled(spec: JobSpec, profiler: ScalabilityProfiler) -> ScalingCurve:

@@ -212,11 +212,15 @@ class Coordinator:
         ``finish``; None when training is not done or the value does not encode as JSON."""
         return self._result
 
-    def warn(self, message: str) -> None:
-        """Record a warning for the job's owner (listed by :meth:`warnings`) and log it."""
+    def warn(self, message: str, member: str | None = None) -> None:
+        """Record a warning for the job's owner (listed by :meth:`warnings`) and log it;
+        ``member``: the rank it came from, if any."""
         with self._cond:
-            self._event("warning", member=None, message=message)
-        logger.warning("%s", message)
+            self._event("warning", member=member, message=message)
+        if member is None:
+            logger.warning("%s", message)
+        else:
+            logger.warning("rank %s: %s", member, message)
 
     @property
     def abort_message(self) -> str | None:
@@ -480,10 +484,7 @@ class Coordinator:
 
     def _warn_from_rank(self, member_id: str, message: dict[str, Any]) -> dict[str, Any]:
         """Something the job's owner must know that did not stop it (a checkpoint skipped)."""
-        text = str(message.get("message", ""))[:2000]
-        with self._cond:
-            self._event("warning", member=member_id, message=text)
-        logger.warning("rank %s: %s", member_id, text)
+        self.warn(str(message.get("message", ""))[:2000], member=member_id)
         return {"ok": True}
 
     def warnings(self) -> list[str]:
