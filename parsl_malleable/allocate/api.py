@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Sequence, Sized
 
 import pulp
 
@@ -16,9 +16,9 @@ from parsl_malleable.allocate.evaluate import objective_value
 from parsl_malleable.allocate.greedy import greedy_counts
 from parsl_malleable.allocate.horizon import HorizonClasses, classify
 from parsl_malleable.allocate.objectives import check_objective
-from parsl_malleable.allocate.options import AllocateOptions
+from parsl_malleable.allocate.options import AllocateOptions, check_node_count
 from parsl_malleable.allocate.result import Allocation
-from parsl_malleable.allocate.solve import check_solver, solve_problem
+from parsl_malleable.allocate.solve import check_solver, solve_problem, start_violation
 from parsl_malleable.allocate.spec import NodeWindow, TrainingJob
 from parsl_malleable.inputs import validated
 
@@ -61,6 +61,19 @@ SAME_VALUE_REL = 1e-6
 def _below(value: float, greedy_value: float) -> bool:
     """Whether the solver's ``value`` is really worse than the greedy one (not just rounding)."""
     return greedy_value > value + SAME_VALUE_REL * max(1.0, abs(value), abs(greedy_value))
+
+
+def _lost_start(
+    problem: pulp.LpProblem, start: dict[pulp.LpVariable, float], limit: float | None
+) -> str:
+    """Why a solver given the greedy start returned nothing, or something worse than it."""
+    broken = start_violation(problem, start)
+    if broken:
+        return f"the greedy start is not feasible in the model ({broken})"
+    # The start satisfies every row, so the solver never kept it: it ran out of time first
+    # (CBC 2.10 also reports "Infeasible", or crashes, when its preprocessing is cut short).
+    within = f" ({limit:g} s limit)" if limit is not None else ""
+    return f"the greedy start is feasible; the solver stopped before using it{within}"
 
 
 def _stop_useless_jobs(
@@ -108,20 +121,26 @@ def allocate(
     node's predicted remaining idle time (nodes without one stay ``default_window_s``); the
     plan covers up to ``max_horizon_s`` in at most ``max_classes`` horizon classes.
     ``objective`` is ``throughput``, ``weighted``, ``speedup`` or ``maxmin``; ``node_cap`` caps
-    the nodes harvested. ``solver`` is ``cbc``, ``highs``, ``greedy`` or a configured
-    ``pulp.LpSolver`` (then ``time_limit`` and ``gap_rel`` are its own business); ``equal``
-    shares the nodes equally and ignores the curves (a baseline, see ``allocate/equal.py``). If the
-    solver fails or hits ``time_limit`` without an incumbent, the greedy rule is used and
-    ``fallback`` is set in the result (with ``fallback=False`` an ``AllocationSolverError`` is
-    raised instead).
+    the nodes used (every solver keeps to it: the greedy rule shrinks running jobs when they
+    hold more). Free and held nodes together may not exceed ``options.MAX_NODES``. ``solver``
+    is ``cbc``, ``highs``, ``greedy`` or a configured ``pulp.LpSolver`` (then ``time_limit``
+    and ``gap_rel`` are its own business); ``equal`` shares the nodes equally and ignores the
+    curves (a baseline, see ``allocate/equal.py``). If the solver fails or hits ``time_limit``
+    without an incumbent, the greedy rule is used and ``fallback`` is set in the result (with
+    ``fallback=False`` an ``AllocationSolverError`` is raised instead).
     ``charge_start=False`` drops the start-up cost of jobs at 0 nodes (FreeTrain's model);
     ``shrink_pauses=False`` drops the pause when a class of nodes ends (faster, see
     docs/allocate.md). ``warm_start`` runs the greedy rule first and gives its allocation to
-    the solver as a starting incumbent; a solver answer worse than it is replaced by it.
+    the solver as a starting incumbent (a value for every variable of the model); a solver
+    answer worse than it is replaced by it, and ``message`` says why the solver lost it.
     """
     check_objective(objective)
     if isinstance(solver, str):
         check_solver(solver)
+    held = sum(len(job.current_nodes) for job in jobs)
+    if isinstance(free_nodes, Sized):
+        # Before validation copies them: a count far above any machine is a mistake to refuse.
+        check_node_count(len(free_nodes), held)
     checked = validated(
         AllocateOptions,
         AllocationInputError,
@@ -135,6 +154,7 @@ def allocate(
         threads=threads,
     )
     free_nodes, node_cap = checked.free_nodes, checked.node_cap
+    check_node_count(len(free_nodes), held)
     time_limit, gap_rel = checked.time_limit, checked.gap_rel
     names = [job.name for job in jobs]
     if len(set(names)) != len(names):
@@ -187,16 +207,21 @@ def allocate(
         )
         solve_s += outcome.seconds
         status, message = outcome.status, outcome.message
+        rejected = False
         if outcome.has_solution:
             counts = model.counts()
             problem = check_counts(jobs, counts, classes, node_cap)
             if problem:
                 counts, status, message = None, "failed", f"solution rejected: {problem}"
+                rejected = True
             else:
                 value = float(model.problem.objective.value() or 0.0)
         if counts is not None and greedy is not None and _below(value, greedy_value):
             # Stopped at the time limit with an incumbent worse than the start it was given.
             counts, message = None, f"incumbent {value:.6g} below the greedy {greedy_value:.6g}"
+        if counts is None and start is not None and not rejected:
+            limit = time_limit if isinstance(solver, str) else None  # else the solver's own
+            message = f"{message}; {_lost_start(model.problem, start, limit)}"
         if counts is None:
             if not fallback:
                 raise AllocationSolverError(f"{used_solver}: {message or status}")
@@ -213,6 +238,10 @@ def allocate(
         counts, value = greedy, greedy_value
         used_solver = "greedy"
         status = status if fell_back else "heuristic"
+    broken = check_counts(jobs, counts, classes, node_cap)
+    if broken:
+        # The rules promise these constraints (the node cap included): never return otherwise.
+        raise AllocationSolverError(f"{used_solver}: answer breaks a constraint: {broken}")
     counts, idle_jobs = _stop_useless_jobs(jobs, counts)
     if idle_jobs:
         note = f"zero throughput at every size, given 0 nodes: {', '.join(idle_jobs)}"

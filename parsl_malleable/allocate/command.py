@@ -12,6 +12,7 @@ from parsl_malleable.allocate.api import allocate as solve_allocation
 from parsl_malleable.allocate.blocks import size_blocks
 from parsl_malleable.allocate.instances import make_instance, summit_remaining_windows
 from parsl_malleable.allocate.objectives import OBJECTIVES
+from parsl_malleable.allocate.options import MAX_NODES
 from parsl_malleable.allocate.workload import load_workload
 from parsl_malleable.errors import MalleableError
 from parsl_malleable.inputs import FiniteFloat
@@ -26,7 +27,14 @@ from parsl_malleable.inputs import FiniteFloat
 )
 @click.option("--workload", default="imagenet-imgps-1001J", show_default=True)
 @click.option("--jobs", "n_jobs", type=click.IntRange(1), default=10, show_default=True)
-@click.option("--nodes", "n_nodes", type=click.IntRange(1), default=100, show_default=True)
+@click.option(
+    "--nodes",
+    "n_nodes",
+    type=click.IntRange(1, MAX_NODES),
+    default=100,
+    show_default=True,
+    help=f"Nodes, free and held (at most {MAX_NODES:,}).",
+)
 @click.option(
     "--idle-intervals",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),

@@ -9,13 +9,20 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
+from parsl_malleable.allocate.errors import AllocationInputError
+
+# Nodes (free and held) one allocation may cover: ten times the largest machines (about 10^5
+# nodes). Asked for 10^8 by mistake, the command grew past 3.5 GB building node names and
+# windows and never answered; such a request is refused before any per-node work instead.
+MAX_NODES = 1_000_000
+
 
 class AllocateOptions(BaseModel):
     """Checked numeric options and the free node ids of one allocation."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=False)
 
-    free_nodes: tuple[StrictStr, ...]
+    free_nodes: tuple[StrictStr, ...] = Field(max_length=MAX_NODES)
     time_limit: float = Field(gt=0, description="solver seconds")
     gap_rel: float = Field(ge=0, lt=1, description="relative MIP gap accepted")
     default_window_s: float = Field(gt=0, description="window of nodes without a prediction")
@@ -23,3 +30,12 @@ class AllocateOptions(BaseModel):
     max_classes: int = Field(ge=1)
     node_cap: int | None = Field(None, ge=0)
     threads: int | None = Field(None, ge=1)
+
+
+def check_node_count(free: int, held: int) -> None:
+    """Refuse more than :data:`MAX_NODES` nodes before any per-node work starts."""
+    if free + held > MAX_NODES:
+        raise AllocationInputError(
+            f"{free + held:,} nodes ({free:,} free, {held:,} held by jobs) is more than the "
+            f"allocator's limit of {MAX_NODES:,} nodes"
+        )

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 import time
 import warnings
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 import pulp
@@ -81,7 +83,13 @@ def _match_thread_pool(threads: int | None) -> None:
 
 
 class _StartedHiGHS(pulp.HiGHS):
-    """pulp's HiGHS plus a (partial) MIP start: HiGHS completes it and uses it as incumbent."""
+    """pulp's HiGHS plus a MIP start, and the statuses pulp 3.3 does not map.
+
+    pulp numbers the HiGHS columns in the order of ``lp.variables()`` and stores the number in
+    ``var.index`` (``buildSolverModel``), so the start is passed by those numbers, once the
+    model is built. A complete start is checked and kept as the incumbent at once; a partial
+    one makes HiGHS solve a sub-MIP (at most ``mip_max_start_nodes``) to complete it first.
+    """
 
     def __init__(
         self, start: dict[pulp.LpVariable, float], threads: int | None = None, **options: object
@@ -90,14 +98,66 @@ class _StartedHiGHS(pulp.HiGHS):
         super().__init__(threads=threads, **options)
         self.start = start
         self.pool_threads = threads
+        self.report = ""
 
     def callSolver(self, lp: pulp.LpProblem) -> None:
         _match_thread_pool(self.pool_threads)
-        if self.start:
-            index = np.array([v.index for v in self.start], dtype=np.int32)
-            value = np.array(list(self.start.values()), dtype=np.float64)
+        given = [(v.index, self.start[v]) for v in lp.variables() if v in self.start]
+        if given:
+            index = np.array([i for i, _ in given], dtype=np.int32)
+            value = np.array([x for _, x in given], dtype=np.float64)
             lp.solverModel.setSolution(len(index), index, value)
         lp.solverModel.run()
+        highs = lp.solverModel
+        nodes = highs.getInfo().mip_node_count
+        self.report = (
+            f"HiGHS {highs.modelStatusToString(highs.getModelStatus()).lower()} after "
+            f"{nodes} nodes and {highs.getRunTime():.3f} s"
+        )
+
+    def findSolutionValues(self, lp: pulp.LpProblem) -> tuple[int, int]:
+        try:
+            return cast(tuple[int, int], super().findSolutionValues(lp))
+        except KeyError:
+            # pulp 3.3 has no entry for kSolutionLimit (node and solution limits) or
+            # kMemoryLimit: read them as a stop with or without an incumbent. The values are
+            # already assigned by then (the status is looked up last).
+            info = lp.solverModel.getInfo()
+            if info.primal_solution_status == FEASIBLE_SOLUTION:
+                return pulp.LpStatusOptimal, pulp.LpSolutionIntegerFeasible
+            return pulp.LpStatusNotSolved, pulp.LpSolutionNoSolutionFound
+
+
+# HiGHS's primal_solution_status for a feasible point (kSolutionStatusFeasible).
+FEASIBLE_SOLUTION = 2
+
+
+def start_violation(
+    problem: pulp.LpProblem, start: dict[pulp.LpVariable, float], tol: float = 1e-6
+) -> str:
+    """The first bound or constraint ``start`` breaks (by more than ``tol``), or ``""``.
+
+    Explains why a solver dropped a start: a missing value, a broken bound, or a row.
+    """
+    for var in problem.variables():
+        if var not in start:
+            return f"no start value for {var.name}"
+        value = start[var]
+        low = -math.inf if var.lowBound is None else var.lowBound
+        high = math.inf if var.upBound is None else var.upBound
+        if not low - tol <= value <= high + tol:
+            return f"{var.name} = {value:g} outside [{low:g}, {high:g}]"
+    for number, row in enumerate(problem.constraints()):
+        # A constraint stores ``lhs - rhs`` (constant included) and its sense against 0.
+        activity = float(row.constant) + sum(c * start[v] for v, c in row.items())
+        scale = tol * max(1.0, abs(float(row.constant)))
+        if (
+            (row.sense == pulp.LpConstraintLE and activity > scale)
+            or (row.sense == pulp.LpConstraintGE and activity < -scale)
+            or (row.sense == pulp.LpConstraintEQ and abs(activity) > scale)
+        ):
+            return f"constraint {row.name or number} ({row.sense:+d}) off by {activity:g}"
+    return ""
 
 
 def make_solver(
@@ -142,8 +202,9 @@ def solve_problem(
 ) -> SolveOutcome:
     """Solve ``problem`` in place; never raises for solver trouble (it is reported instead).
 
-    ``start`` gives values of some integer variables from a known feasible allocation: the
-    solver starts from it (CBC ``mipstart``, HiGHS ``setSolution``).
+    ``start`` gives the values of a known feasible allocation (every variable, see
+    ``CountModel.start_values``): the solver starts from it (CBC ``mipstart``, HiGHS
+    ``setSolution``).
     """
     if isinstance(name, str):
         solver = make_solver(name, time_limit, gap_rel, threads, start)
@@ -158,9 +219,12 @@ def solve_problem(
     except (pulp.PulpSolverError, OSError) as exc:
         return SolveOutcome("failed", False, time.perf_counter() - began, str(exc))
     seconds = time.perf_counter() - began
+    # What HiGHS says it did (status, nodes, time): the reason for an early stop.
+    detail = getattr(solver, "report", "")
+    note = f" ({detail})" if detail else ""
     if problem.sol_status == pulp.LpSolutionOptimal:
         return SolveOutcome("optimal", True, seconds)
     if problem.sol_status == pulp.LpSolutionIntegerFeasible:
-        return SolveOutcome("feasible", True, seconds, "stopped at the time limit or gap")
+        return SolveOutcome("feasible", True, seconds, f"stopped at the time limit or gap{note}")
     text = pulp.LpStatus.get(problem.status, str(problem.status))
-    return SolveOutcome("failed", False, seconds, f"solver status {text}")
+    return SolveOutcome("failed", False, seconds, f"solver status {text}{note}")
