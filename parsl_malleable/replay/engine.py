@@ -20,6 +20,7 @@ import numpy as np
 
 from parsl_malleable.controller.core import ControllerCore, WindowSource
 from parsl_malleable.controller.model import DrainRanks, JobSpec, StartRanks
+from parsl_malleable.replay.bounds import replay_bounds
 from parsl_malleable.replay.idle import IdleTimeline
 from parsl_malleable.replay.policies import ReplayPolicy
 from parsl_malleable.replay.predict import HistoryWindows, NodeAges
@@ -65,7 +66,7 @@ class Replay:
         jobs: list[ReplayJob],
         policy: ReplayPolicy,
         *,
-        max_jobs: int = 10,
+        max_jobs: int | None = 10,
         report_s: float = 60.0,
         noise: float = 0.05,
         seed: int = 0,
@@ -118,7 +119,7 @@ class Replay:
             curve=job.curve if given else None,
             scale_up_s=job.scale_up_s if given else None,
             scale_down_s=job.scale_down_s if given else None,
-            samples=job.samples,
+            samples=job.samples if math.isfinite(job.samples) else None,
             family=job.family if self.policy.share_families else None,
         )
 
@@ -190,6 +191,11 @@ class Replay:
             due = min(due, run.steady_since + self.report_s)
         return due
 
+    def _room(self) -> bool:
+        """Whether another submitted job may be admitted (``max_jobs=None``: always; the
+        allocator then decides which of them run, see docs/replay.md "Admission")."""
+        return self.max_jobs is None or len(self.active) < self.max_jobs
+
     # -------------------------------------------------------------------- loop
 
     def run(self) -> ReplayResult:
@@ -207,7 +213,7 @@ class Replay:
                 candidates.append(tl.start[starts[si]])
             if ei < len(ends):
                 candidates.append(tl.end[ends[ei]])
-            if qi < len(self.queue) and len(self.active) < self.max_jobs:
+            if qi < len(self.queue) and self._room():
                 candidates.append(max(self.now, self.queue[qi].submit))
             candidates.extend(self._completion(r) for r in self.active.values())
             due = self.core.next_due(self.now)
@@ -235,7 +241,7 @@ class Replay:
                     run.done = run.job.samples
                     del self.active[name]
                     self.core.end_job(name, t)
-            while qi < len(self.queue) and len(self.active) < self.max_jobs:
+            while qi < len(self.queue) and self._room():
                 job = self.queue[qi]
                 if job.submit > t:
                     break
@@ -277,6 +283,7 @@ class Replay:
             for r in self.runs.values()
         ]
         decisions = self.core.decisions
+        bounds = replay_bounds(self.timeline, self.queue, end)
         return ReplayResult(
             policy=self.policy.name,
             source=self.timeline.source,
@@ -288,6 +295,8 @@ class Replay:
             decision_s=sum(d.seconds for d in decisions),
             fallbacks=sum(d.fallback for d in decisions),
             wall_s=wall_s,
+            upper_bound=bounds.upper,
+            offline_bound=bounds.offline,
         )
 
 

@@ -40,7 +40,8 @@ class JobOutcome:
 
 @dataclass(frozen=True)
 class ReplayResult:
-    """A replay's jobs and totals."""
+    """A replay's jobs and totals, with the bounds of what the idle nodes allowed over the
+    same span (``replay/bounds.py``; NaN where not computed)."""
 
     policy: str
     source: str
@@ -52,6 +53,18 @@ class ReplayResult:
     decision_s: float
     fallbacks: int
     wall_s: float
+    upper_bound: float = math.nan
+    offline_bound: float = math.nan
+
+    @property
+    def of_upper(self) -> float:
+        """Samples trained over the upper bound (idle node-seconds x best per-node rate)."""
+        return self.trained / self.upper_bound if self.upper_bound > 0 else math.nan
+
+    @property
+    def of_offline(self) -> float:
+        """Samples trained over the offline bound (replay/bounds.py)."""
+        return self.trained / self.offline_bound if self.offline_bound > 0 else math.nan
 
     @property
     def trained(self) -> float:
@@ -102,6 +115,10 @@ class ReplayResult:
             "jobs": len(self.jobs),
             "finished": len(self.finished),
             "samples": self.trained,
+            "upper_bound": self.upper_bound,
+            "offline_bound": self.offline_bound,
+            "of_upper": self.of_upper,
+            "of_offline": self.of_offline,
             "efficiency": self.efficiency,
             "scaling_efficiency": self.scaling_efficiency,
             "harvested_fraction": self.harvested_node_seconds / self.idle_node_seconds

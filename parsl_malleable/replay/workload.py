@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import datetime as dt
+import math
 from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
@@ -20,8 +21,9 @@ from parsl_malleable.traces._io import open_text
 @boundary(ConfigError)
 class ReplayJob:
     """One training job of a replay: its true curve and costs (the replay's physics), bounds,
-    the samples it must train, and when it is submitted (seconds, the idle timeline's clock);
-    ``family`` names its model (jobs of one family have the same curve)."""
+    the samples it must train (``math.inf``: unlimited, a job that trains as long as the replay
+    lasts), and when it is submitted (seconds, the idle timeline's clock); ``family`` names its
+    model (jobs of one family have the same curve)."""
 
     name: Annotated[StrictStr, Field(min_length=1)]
     curve: ScalingCurve
@@ -29,11 +31,13 @@ class ReplayJob:
     max_nodes: WholeCount
     scale_up_s: Annotated[Number, Field(ge=0)]
     scale_down_s: Annotated[Number, Field(ge=0)]
-    samples: Annotated[Number, Field(gt=0)]
+    samples: Annotated[float, Field(gt=0, allow_inf_nan=True)]
     submit: Number
     family: StrictStr | None = None
 
     def __post_init__(self) -> None:
+        if isinstance(self.samples, bool) or math.isnan(self.samples):
+            raise ConfigError(f"job {self.name!r}: samples must be a number > 0 or inf")
         if self.min_nodes > self.max_nodes:
             raise ConfigError(
                 f"job {self.name!r}: need 1 <= min_nodes <= max_nodes; got "
