@@ -86,6 +86,7 @@ class ControllerCore:
         self.progress: dict[str, float] = {}
         self.skipped = 0  # node events that needed no new decision (see _same_as_last)
         self._last_usable: set[str] | None = None
+        self._last_jobs: set[str] = set()
 
     # ------------------------------------------------------------------ inputs
 
@@ -303,6 +304,7 @@ class ControllerCore:
         )
         self.decisions.append(decision)
         self._last_usable = set(usable)
+        self._last_jobs = set(self.jobs)
         logger.info("%s", decision.summary())
         for name, (before, after) in decision.changes.items():
             terms = decision.terms[name]
@@ -331,7 +333,7 @@ class ControllerCore:
             if job not in given:
                 return False  # a job ended: its nodes are to be shared out
             given[job].add(node)
-        if set(last.terms) != set(self.jobs):
+        if self._last_jobs != set(self.jobs):
             return False  # a job arrived
         if any(set(holdings[name]) != given[name] for name in self.jobs):
             return False

@@ -116,7 +116,8 @@ class Decision:
     """One allocation: which node goes to which job, why, and what it cost to find.
 
     ``owner`` maps every usable node to its job (nodes absent stay free); ``terms`` gives each
-    job's node counts and curve values; ``objective``, ``solver``, ``status`` come from the
+    job the allocator considered its node counts and curve values (``waiting`` jobs were left
+    out by admission: they get no node); ``objective``, ``solver``, ``status`` come from the
     allocator; ``seconds`` is the wall time of the whole decision.
     """
 
@@ -133,6 +134,7 @@ class Decision:
     fallback: bool = False
     message: str = ""
     changes: dict[str, tuple[int, int]] = field(default_factory=dict)
+    waiting: int = 0
 
     def nodes_of(self, job: str) -> list[str]:
         """Nodes given to ``job``."""
@@ -145,8 +147,10 @@ class Decision:
             for name, t in sorted(self.terms.items())
             if t.before or t.after
         ]
+        runs = ", ".join(parts) or "no job runs"
+        waiting = f"; {self.waiting} jobs wait" if self.waiting else ""
         return (
-            f"decision {self.number} ({self.reason}): {', '.join(parts) or 'no job runs'}; "
+            f"decision {self.number} ({self.reason}): {runs}{waiting}; "
             f"{self.usable_nodes} usable nodes; objective {self.objective:.4g} "
             f"({self.solver} {self.status}, {self.seconds * 1e3:.0f} ms)"
         )

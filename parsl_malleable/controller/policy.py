@@ -26,6 +26,7 @@ from parsl_malleable.allocate.curve import ScalingCurve
 from parsl_malleable.allocate.objectives import check_objective
 from parsl_malleable.allocate.solve import check_solver
 from parsl_malleable.allocate.spec import NodeWindow, TrainingJob
+from parsl_malleable.controller.admission import admit
 from parsl_malleable.controller.model import Decision, JobSpec, JobTerms
 from parsl_malleable.errors import ConfigError
 from parsl_malleable.inputs import Number, WholeCount, boundary
@@ -50,7 +51,12 @@ class PolicySettings:
     ``completion_decay`` is the weight ratio between consecutive jobs of the ``completion``
     objective (see :func:`completion_weights`); ``threads`` is the solver's thread count (one:
     the models have a few hundred columns, and HiGHS's thread pool made each solve of a Summit
-    replay 1.6 times slower on two cores; ``None`` lets the solver choose).
+    replay 1.6 times slower on two cores; ``None`` lets the solver choose); ``max_running`` is
+    the user's limit on jobs that run at once (``None``: the allocator decides how many, see
+    :mod:`.admission`); ``max_waiting`` is how many waiting jobs one decision offers the
+    allocator (:mod:`.admission`); above ``milp_max_jobs`` considered jobs a decision uses the
+    allocator's greedy rule instead of the MILP (``None``: never), because building and solving
+    a pulp model of a few hundred jobs took longer than the events it answers.
     """
 
     objective: str = "weighted"
@@ -69,6 +75,9 @@ class PolicySettings:
     charge_start: StrictBool = True
     completion_decay: Annotated[Number, Field(gt=0, le=1)] = 0.5
     threads: Annotated[WholeCount, Field(ge=1)] | None = 1
+    max_running: Annotated[WholeCount, Field(ge=1)] | None = None
+    max_waiting: Annotated[WholeCount, Field(ge=1)] | None = None
+    milp_max_jobs: Annotated[WholeCount, Field(ge=1)] | None = 48
 
     def __post_init__(self) -> None:
         if self.objective != "completion":
@@ -111,14 +120,19 @@ def reference_rate(
     if settings.prior_rate is not None:
         return settings.prior_rate
     rates = []
+    seen_keys: set[tuple[str, int]] = set()
     for spec in jobs:
-        seen = settings.profiler and profiler.measured(spec.profile_key)
-        if seen:
+        if spec.curve is not None:
+            rates.append(spec.curve(1))
+            continue
+        key = (spec.profile_key, spec.max_nodes)
+        if key in seen_keys:
+            continue  # a family counts once, however many of its jobs wait
+        seen_keys.add(key)
+        if settings.profiler and profiler.measured(spec.profile_key):
             # The curve is cached until the job's next sample; a fresh model prediction per
             # job and decision was a sixth of a replay's time.
             rates.append(_profiled(spec, profiler)(1))
-        elif spec.curve is not None:
-            rates.append(spec.curve(1))
     rates = [r for r in rates if r > 0]
     return sum(rates) / len(rates) if rates else 1.0
 
@@ -171,6 +185,12 @@ def _windows(remaining: Mapping[str, float | None]) -> list[NodeWindow]:
     return [NodeWindow(tuple(nodes), length) for length, nodes in by_length.items()]
 
 
+def _solver_for(settings: PolicySettings, jobs: int) -> str:
+    """The MILP's solver, or the greedy rule for a decision over ``milp_max_jobs`` jobs."""
+    too_many = settings.milp_max_jobs is not None and jobs > settings.milp_max_jobs
+    return "greedy" if too_many and settings.solver in ("highs", "cbc") else settings.solver
+
+
 def decide(
     *,
     number: int,
@@ -188,16 +208,47 @@ def decide(
     ``progress`` the samples each job has trained (for the ``completion`` objective)."""
     began = time.perf_counter()
     prior = reference_rate(jobs, profiler, settings)
-    sources: dict[str, str] = {}
-    curves: dict[str, ScalingCurve] = {}
-    for spec in jobs:
-        curves[spec.name], sources[spec.name] = job_curve(spec, profiler, settings, prior)
+    cache: dict[tuple[object, ...], tuple[ScalingCurve, str]] = {}
+
+    def curve_of(spec: JobSpec) -> tuple[ScalingCurve, str]:
+        # Jobs of one family share their curve: computed once per decision, not per job.
+        key = (spec.profile_key, spec.max_nodes, id(spec.curve) if spec.curve else None)
+        if key not in cache:
+            cache[key] = job_curve(spec, profiler, settings, prior)
+        return cache[key]
+
     objective = settings.objective
     weights = {spec.name: spec.priority for spec in jobs}
     if objective == "completion":
-        unit = {name: curve(1) for name, curve in curves.items()}
+        unit = {spec.name: curve_of(spec)[0](1) for spec in jobs}
         weights = completion_weights(jobs, progress or {}, unit, settings.completion_decay)
         objective = "weighted"
+
+    def interchangeable(spec: JobSpec) -> tuple[object, ...]:
+        user = (spec.curve.nodes, spec.curve.throughput) if spec.curve is not None else None
+        return (
+            spec.profile_key,
+            user,
+            spec.min_nodes,
+            spec.max_nodes,
+            weights[spec.name],
+            spec.scale_up_s,
+            spec.scale_down_s,
+        )
+
+    running = {name for name, held in holdings.items() if any(n in remaining for n in held)}
+    jobs, waiting = admit(
+        jobs,
+        running,
+        len(remaining),
+        interchangeable,
+        max_running=settings.max_running,
+        max_waiting=settings.max_waiting,
+    )
+    sources: dict[str, str] = {}
+    curves: dict[str, ScalingCurve] = {}
+    for spec in jobs:
+        curves[spec.name], sources[spec.name] = curve_of(spec)
     training: list[TrainingJob] = []
     kept: set[str] = set()
     held_count: dict[str, int] = {}
@@ -226,7 +277,7 @@ def decide(
         free,
         _windows(remaining),
         objective=objective,
-        solver=settings.solver,
+        solver=_solver_for(settings, len(training)),
         time_limit=settings.time_limit_s,
         gap_rel=settings.gap_rel,
         default_window_s=settings.default_window_s,
@@ -260,6 +311,7 @@ def decide(
         fallback=result.fallback,
         message=result.message,
         changes=changes,
+        waiting=waiting,
     )
 
 
