@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable, Sequence, Sized
+from typing import TypedDict
 
 import pulp
 
@@ -19,10 +20,18 @@ from parsl_malleable.allocate.objectives import check_objective
 from parsl_malleable.allocate.options import AllocateOptions, check_node_count
 from parsl_malleable.allocate.result import Allocation
 from parsl_malleable.allocate.solve import check_solver, solve_problem, start_violation
-from parsl_malleable.allocate.spec import NodeWindow, TrainingJob
+from parsl_malleable.allocate.spec import NodeWindow, PauseRate, TrainingJob
 from parsl_malleable.inputs import validated
 
 log = logging.getLogger(__name__)
+
+
+class PauseOptions(TypedDict):
+    """How pauses are charged, passed alike to the model, the greedy rule and the evaluation."""
+
+    charge_start: bool
+    shrink_pauses: bool
+    pause_rate: PauseRate
 
 
 def check_counts(
@@ -110,6 +119,7 @@ def allocate(
     gap_rel: float = 1e-4,
     charge_start: bool = True,
     shrink_pauses: bool = True,
+    pause_rate: PauseRate = "before",
     warm_start: bool = True,
     fallback: bool = True,
     threads: int | None = None,
@@ -129,6 +139,8 @@ def allocate(
     without an incumbent, the greedy rule is used and ``fallback`` is set in the result (with
     ``fallback=False`` an ``AllocationSolverError`` is raised instead).
     ``charge_start=False`` drops the start-up cost of jobs at 0 nodes (FreeTrain's model);
+    ``pause_rate`` is the rate a rescale's pause is lost at: ``before`` it (FreeTrain's model)
+    or ``after`` it (every rank pauses, the joining ones too, as the elastic runtime does);
     ``shrink_pauses=False`` drops the pause when a class of nodes ends (faster, see
     docs/allocate.md). ``warm_start`` runs the greedy rule first and gives its allocation to
     the solver as a starting incumbent (a value for every variable of the model); a solver
@@ -173,7 +185,9 @@ def allocate(
     status, message, fell_back = "", "", False
     counts: dict[str, list[int]] | None = None
     value = 0.0
-    options = {"charge_start": charge_start, "shrink_pauses": shrink_pauses}
+    options = PauseOptions(
+        charge_start=charge_start, shrink_pauses=shrink_pauses, pause_rate=pause_rate
+    )
     greedy: dict[str, list[int]] | None = None
     greedy_value = 0.0
 

@@ -22,7 +22,7 @@ from parsl_malleable.allocate.piecewise import (
     add_piecewise_rate,
     concave_envelope,
 )
-from parsl_malleable.allocate.spec import TrainingJob
+from parsl_malleable.allocate.spec import PauseRate, TrainingJob
 
 
 @dataclass
@@ -31,7 +31,8 @@ class JobParts:
 
     ``blocks[s]`` is its throughput block of segment ``s`` (0: exact curve, later: envelope),
     ``later[s - 1]`` the count it runs on in segment ``s``, ``pauses[s]`` the (leaves, lost)
-    pair charging the pause when its class-``s`` nodes leave, ``score`` its objective term.
+    pair charging the pause when its class-``s`` nodes leave, ``score`` its objective term;
+    ``rescale["up"|"down"]`` the (lost, seconds) of a rescale now charged at the rate after it.
     """
 
     job: TrainingJob
@@ -40,6 +41,7 @@ class JobParts:
     later: list[pulp.LpVariable]
     pauses: dict[int, tuple[pulp.LpVariable, pulp.LpVariable]]
     score: pulp.LpAffineExpression
+    rescale: dict[str, tuple[pulp.LpVariable, float]] = field(default_factory=dict)
 
 
 @dataclass
@@ -88,6 +90,9 @@ class CountModel:
             grew = all(x >= c for x, c in zip(row, held, strict=True))
             values[up] = float(not same and grew)
             values[down] = float(not same and not grew)
+            rate_after = _worth(parts.blocks[0].rate, values)
+            for kind, (lost, seconds) in parts.rescale.items():
+                values[lost] = seconds * rate_after * values[up if kind == "up" else down]
         peak = _envelope_peak(job)
         for s in range(1, len(row)):
             pause = job.scale_down_cost if self.shrink_pauses and row[s - 1] > 0 else 0.0
@@ -171,12 +176,15 @@ def build_count_model(
     node_cap: int | None = None,
     charge_start: bool = True,
     shrink_pauses: bool = True,
+    pause_rate: PauseRate = "before",
 ) -> CountModel:
     """Build the integer-count MILP for ``jobs`` over the horizon ``classes``.
 
     ``shrink_pauses=False`` drops the (big-M) cost of the pause a job takes when a class of its
     nodes ends: much faster to solve with several classes, at the price of over-valuing nodes
-    with short windows by one scale-down pause.
+    with short windows by one scale-down pause. ``pause_rate="after"`` charges a rescale now at
+    the rate after it (a big-M product of the up/down binary and the segment-0 rate) instead
+    of the rate before it.
     """
     problem = pulp.LpProblem("allocate_counts", pulp.LpMaximize)
     lengths = classes.lengths
@@ -205,6 +213,7 @@ def build_count_model(
         blocks: list[PiecewiseRate] = []
         later: list[pulp.LpVariable] = []
         pauses: dict[int, tuple[pulp.LpVariable, pulp.LpVariable]] = {}
+        rescale: dict[str, tuple[pulp.LpVariable, float]] = {}
         for s in range(n_classes):
             if s == 0:
                 block = add_piecewise_rate(problem, job, f"{j}_{s}")
@@ -225,6 +234,7 @@ def build_count_model(
         run[job.name] = blocks[0].run
         for v, c in blocks[0].count.items():
             now_counts.append((v, c))
+        big = max((r for _, r in job.curve.breakpoints(job.min_nodes, job.max_nodes)), default=0)
         if sum(held) == 0:
             if charge_start:
                 losses.extend((v, c * job.scale_up_cost) for v, c in blocks[0].rate.items())
@@ -239,10 +249,24 @@ def build_count_model(
                 # No migration: keep every current node unless shrinking, add none unless growing.
                 problem += var + held[b] * down >= held[b]
                 problem += var - (var.upBound - held[b]) * up <= held[b]
-            rate_now = job.current_rate
-            losses.append((up, job.scale_up_cost * rate_now))
-            losses.append((down, job.scale_down_cost * rate_now))
-        big = max((r for _, r in job.curve.breakpoints(job.min_nodes, job.max_nodes)), default=0)
+            for kind, binary, seconds in (
+                ("up", up, job.scale_up_cost),
+                ("down", down, job.scale_down_cost),
+            ):
+                if pause_rate == "before":
+                    losses.append((binary, seconds * job.current_rate))
+                elif seconds > 0:
+                    # lost >= seconds x the rate after, when the binary is set (rate <= big).
+                    lost = problem.add_variable(f"P{kind[0]}{j}", 0)
+                    problem += (
+                        pulp.LpAffineExpression(
+                            [(lost, 1.0), (binary, -seconds * big)]
+                            + [(v, -seconds * c) for v, c in blocks[0].rate.items()]
+                        )
+                        >= -seconds * big
+                    )
+                    losses.append((lost, 1.0))
+                    rescale[kind] = (lost, seconds)
         for s in range(n_classes - 1):
             var = row[s]
             if var is None or job.scale_down_cost == 0 or not shrink_pauses:
@@ -266,7 +290,7 @@ def build_count_model(
         score.addInPlace(pulp.LpAffineExpression([(v, alpha * c) for v, c in terms]))
         score.addInPlace(pulp.LpAffineExpression([(v, -alpha * c) for v, c in losses]))
         scores.append(score)
-        parts[job.name] = JobParts(job, j, blocks, later, pauses, score)
+        parts[job.name] = JobParts(job, j, blocks, later, pauses, score, rescale)
     for b in range(n_classes):
         if per_class[b]:
             problem += pulp.LpAffineExpression(per_class[b]) <= capacity[b]

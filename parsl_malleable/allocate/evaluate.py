@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from parsl_malleable.allocate.horizon import HorizonClasses
 from parsl_malleable.allocate.objectives import combine, job_scale
 from parsl_malleable.allocate.piecewise import best_envelope_rate
-from parsl_malleable.allocate.spec import TrainingJob
+from parsl_malleable.allocate.spec import PauseRate, TrainingJob
 
 
 def _best_rate(job: TrainingJob, left: int, coefficient: float) -> float:
@@ -34,11 +34,14 @@ def job_score(
     *,
     charge_start: bool = True,
     shrink_pauses: bool = True,
+    pause_rate: PauseRate = "before",
 ) -> float:
     """``alpha_j * (V_j - L_j) / H`` for a job holding ``per_class[b]`` nodes of class ``b``.
 
     In the first segment the job runs on all its nodes; when a class ends the job pays a
-    scale-down pause and runs on what is left, or stops if that is better.
+    scale-down pause and runs on what is left, or stops if that is better. A rescale now
+    costs its pause at the rate before it (``pause_rate="before"``, FreeTrain's model) or after
+    it (``"after"``: every rank pauses, the new ones too, as the elastic runtime does).
     """
     lengths = classes.lengths
     if not lengths:
@@ -53,7 +56,8 @@ def job_score(
             loss += job.scale_up_cost * rate_now
     elif list(per_class) != held:
         grew = all(x >= c for x, c in zip(per_class, held, strict=True))
-        loss += (job.scale_up_cost if grew else job.scale_down_cost) * job.current_rate
+        paused = rate_now if pause_rate == "after" else job.current_rate
+        loss += (job.scale_up_cost if grew else job.scale_down_cost) * paused
     for s in range(1, len(per_class)):
         pause = job.scale_down_cost if shrink_pauses and per_class[s - 1] > 0 else 0.0
         rate = _best_rate(job, sum(per_class[s:]), lengths[s] - pause)
@@ -71,6 +75,7 @@ def objective_value(
     *,
     charge_start: bool = True,
     shrink_pauses: bool = True,
+    pause_rate: PauseRate = "before",
 ) -> float:
     """The allocator's objective for the allocation ``per_class[job][class] = nodes``."""
     scores = [
@@ -81,6 +86,7 @@ def objective_value(
             objective,
             charge_start=charge_start,
             shrink_pauses=shrink_pauses,
+            pause_rate=pause_rate,
         )
         for job in jobs
     ]

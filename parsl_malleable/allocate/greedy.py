@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 
 from parsl_malleable.allocate.evaluate import job_score
 from parsl_malleable.allocate.horizon import HorizonClasses
-from parsl_malleable.allocate.spec import TrainingJob
+from parsl_malleable.allocate.spec import PauseRate, TrainingJob
 
 Score = Callable[[TrainingJob, list[int]], float]
 
@@ -140,6 +140,7 @@ def greedy_counts(
     node_cap: int | None = None,
     charge_start: bool = True,
     shrink_pauses: bool = True,
+    pause_rate: PauseRate = "before",
 ) -> dict[str, list[int]]:
     """Counts per job and class chosen by the greedy rule (see module docstring).
 
@@ -152,7 +153,13 @@ def greedy_counts(
 
     def score(job: TrainingJob, per_class: list[int]) -> float:
         return job_score(
-            job, per_class, classes, rule, charge_start=charge_start, shrink_pauses=shrink_pauses
+            job,
+            per_class,
+            classes,
+            rule,
+            charge_start=charge_start,
+            shrink_pauses=shrink_pauses,
+            pause_rate=pause_rate,
         )
 
     frozen: set[str] = set()

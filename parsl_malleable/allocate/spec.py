@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field, StrictStr
 
 from parsl_malleable.allocate.curve import ScalingCurve
 from parsl_malleable.allocate.errors import AllocationInputError
 from parsl_malleable.inputs import Number, WholeCount, boundary
+
+PauseRate = Literal["before", "after"]
+"""At which rate a rescale's pause is lost: the job's rate before it (FreeTrain's model) or
+after it (every rank pauses, the joining ones too: what the elastic runtime does)."""
 
 
 @boundary(AllocationInputError)

@@ -25,7 +25,7 @@ from parsl_malleable.allocate.api import allocate
 from parsl_malleable.allocate.curve import ScalingCurve
 from parsl_malleable.allocate.objectives import check_objective
 from parsl_malleable.allocate.solve import check_solver
-from parsl_malleable.allocate.spec import NodeWindow, TrainingJob
+from parsl_malleable.allocate.spec import NodeWindow, PauseRate, TrainingJob
 from parsl_malleable.controller.admission import admit
 from parsl_malleable.controller.model import Decision, JobSpec, JobTerms
 from parsl_malleable.errors import ConfigError
@@ -48,6 +48,9 @@ class PolicySettings:
     known about (default: the mean one-node rate of the jobs measured so far, else 1);
     ``curve_model`` is ``gp`` (the profiler's model) or ``points`` (MalleTrain's);
     ``charge_start=False`` plans as FreeTrain does, with no pause for a job started from 0 nodes;
+    ``pause_rate`` is the rate a rescale's pause costs: ``after`` it (every rank pauses, the
+    joining ones too, as the runtime does) or ``before`` it (FreeTrain's model, which prices
+    growing a one-node job to 29 nodes at one node's pause);
     ``completion_decay`` is the weight ratio between consecutive jobs of the ``completion``
     objective (see :func:`completion_weights`); ``threads`` is the solver's thread count (one:
     the models have a few hundred columns, and HiGHS's thread pool made each solve of a Summit
@@ -73,6 +76,7 @@ class PolicySettings:
     prior_rate: Annotated[Number, Field(gt=0)] | None = None
     curve_model: Literal["gp", "points"] = "gp"
     charge_start: StrictBool = True
+    pause_rate: PauseRate = "after"
     completion_decay: Annotated[Number, Field(gt=0, le=1)] = 0.5
     threads: Annotated[WholeCount, Field(ge=1)] | None = 1
     max_running: Annotated[WholeCount, Field(ge=1)] | None = None
@@ -284,6 +288,7 @@ def decide(
         max_horizon_s=settings.max_horizon_s,
         max_classes=settings.max_classes,
         charge_start=settings.charge_start,
+        pause_rate=settings.pause_rate,
         threads=settings.threads,
     )
     owner = {node: name for name, ids in result.node_ids.items() for node in ids}

@@ -1,7 +1,8 @@
 """The policies a replay compares, each a set of controller settings (the code is the same).
 
 * ``freetrain``: FreeTrain's formulation (CCGrid 2023): the user's curves and rescale costs, one
-  forward-looking time ``T_fwd`` for every node, no pause charged for a start, no migration,
+  forward-looking time ``T_fwd`` for every node, no pause charged for a start, a rescale's
+  pause priced at the rate before it, no migration,
   re-solved at every node event. Its published code bounds each job's change per decision
   through a big-M of (nodes + 1); our count model states "grow or shrink, never migrate"
   exactly, which is the intent, so that bound is not reproduced.
@@ -9,7 +10,7 @@
   measured points joined by straight lines (MalleTrain, ICPE 2024).
 * ``ours``: no user curves (the profiler's model, optimistic where unsure; jobs of one model
   share their measurements), windows predicted per node (horizon classes), pauses charged for
-  starts, decisions debounced.
+  starts and at the rate after a rescale (as the runtime pauses), decisions debounced.
 * ``ours+curves``: ``ours`` given the user's curves and costs.
 * ``greedy``: equal share (``allocate/equal.py``): every job the same number of nodes, no
   curves, re-run at every event; what a scheduler without scalability information does.
@@ -71,6 +72,7 @@ def make_policy(
         max_horizon_s=t_fwd,
         max_classes=1,
         charge_start=False,
+        pause_rate="before",
     )
     if name == "freetrain":
         core = CoreSettings(**EVERY_EVENT, drain_margin_s=0.0, policy=fixed_window)

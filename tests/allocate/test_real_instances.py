@@ -44,9 +44,15 @@ def test_constraints_hold(instance, solver, objective):
         assert not set(ids) & set(alloc.expired)
 
 
-def test_solver_objective_matches_direct_evaluation(instance):
+@pytest.mark.parametrize("pause_rate", ["before", "after"])
+def test_solver_objective_matches_direct_evaluation(instance, pause_rate):
     alloc = allocate(
-        instance.jobs, instance.free_nodes, instance.windows, solver="highs", time_limit=20
+        instance.jobs,
+        instance.free_nodes,
+        instance.windows,
+        solver="highs",
+        time_limit=20,
+        pause_rate=pause_rate,
     )
     classes = classify(
         instance.jobs,
@@ -66,9 +72,11 @@ def test_solver_objective_matches_direct_evaluation(instance):
             ]
         ]
     }
-    direct = objective_value(instance.jobs, per_class, classes, "throughput")
+    direct = objective_value(instance.jobs, per_class, classes, "throughput", pause_rate=pause_rate)
     assert alloc.objective == pytest.approx(direct, rel=1e-6)
-    greedy = allocate(instance.jobs, instance.free_nodes, instance.windows, solver="greedy")
+    greedy = allocate(
+        instance.jobs, instance.free_nodes, instance.windows, solver="greedy", pause_rate=pause_rate
+    )
     assert greedy.objective <= alloc.objective * (1 + 1e-9)
 
 

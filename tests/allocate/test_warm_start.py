@@ -46,13 +46,20 @@ def _classes(instance: Instance, max_classes: int = 4):
 
 
 @pytest.mark.parametrize("objective", ["throughput", "weighted", "speedup", "maxmin"])
-@pytest.mark.parametrize(("charge_start", "shrink_pauses"), [(True, True), (False, False)])
+@pytest.mark.parametrize(
+    ("charge_start", "shrink_pauses", "pause_rate"),
+    [(True, True, "before"), (False, False, "before"), (True, True, "after")],
+)
 @pytest.mark.parametrize("node_cap", [None, 60])
 def test_start_is_a_complete_feasible_point_worth_the_greedy_value(
-    instance, objective, charge_start, shrink_pauses, node_cap
+    instance, objective, charge_start, shrink_pauses, pause_rate, node_cap
 ) -> None:
     classes = _classes(instance)
-    options = {"charge_start": charge_start, "shrink_pauses": shrink_pauses}
+    options = {
+        "charge_start": charge_start,
+        "shrink_pauses": shrink_pauses,
+        "pause_rate": pause_rate,
+    }
     model = build_count_model(
         instance.jobs, classes, objective=objective, node_cap=node_cap, **options
     )
