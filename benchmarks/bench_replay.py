@@ -3,6 +3,13 @@
 Three parts, each printing its tables (docs/benchmarks.md "Replay" shows them) and writing
 plots to docs/img/:
 
+``saturated``: a saturated day (Summit's first 1,000 nodes, day 1): a backlog of 1,000
+ShuffleNet jobs with unlimited samples, and a fixed set of 40 ImageNet jobs (the first 40 of
+``imagenet-imgps-1001J``, seven models) with unlimited samples, all submitted at the start,
+under ``ours`` (admission: every job a candidate), ``freetrain`` at its published cap (10, its
+``T_fwd`` of 600 s) and at caps 30, 100 and none, ``malletrain`` at cap 10 and ``scavenger``;
+samples against the upper and the offline bound (replay/bounds.py).
+
 ``summit``: the two-week Summit idle trace (4,680 nodes that were idle at some time) with
 FreeTrain's ``imagenet-imgps-1001J`` and ``hps-shufflenet-1000J`` workloads at their own
 submit times, at most 10 jobs at a time (FreeTrain's replayer), under every policy.
@@ -18,6 +25,7 @@ sweep run as 4-node batch jobs in the normal queue (``batch``), and as such jobs
 ``--time-min`` fitted into holes by the scheduler and resubmitted when cut off (``slurm-fit``).
 
     python benchmarks/bench_replay.py                       # all parts (about 1-2 h on 2 cores)
+    python benchmarks/bench_replay.py --part saturated      # about 30-60 min on 2 cores
     python benchmarks/bench_replay.py --part summit --days 2
     python benchmarks/bench_replay.py --part jct
     python benchmarks/bench_replay.py --part traces
@@ -38,14 +46,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import REPO, data_file
 
 from parsl_malleable.replay.engine import Replay
+from parsl_malleable.replay.idle import IdleTimeline
 from parsl_malleable.replay.policies import POLICIES, make_policy
 from parsl_malleable.replay.result import ReplayResult
-from parsl_malleable.replay.scenario import summit_timeline, workload_jobs
+from parsl_malleable.replay.scavenger import scavenger_replay
+from parsl_malleable.replay.scenario import hpo_sweep, summit_timeline, workload_jobs
+from parsl_malleable.replay.workload import ReplayJob
 
 SUMMIT_WORKLOADS = ("imagenet-imgps-1001J", "hps-shufflenet-1000J")
 SUMMIT_POLICIES = ("freetrain", "malletrain", "ours", "ours+curves", "greedy")
 TRACES = ("theta_2022.swf", "UniLu-Gaia-2014-1.swf", "hpc2n.swf", "wagap-2013.swf")
-SWEEP_JOBS, SWEEP_SAMPLES, SWEEP_DAY, BATCH_NODES = 16, 13e6, 5.0, 4
+SWEEP_SIZES, SWEEP_SAMPLES, SWEEP_DAY, BATCH_NODES = (16, 100), 13e6, 5.0, 4
+SUMMIT_CAP = 10  # FreeTrain's replayer's maxJ
+SUMMIT_EXTRA = (("ours", None), ("freetrain", 30), ("freetrain", 100), ("scavenger", None))
 FIT_TIME_MIN_S = 600.0
 
 
@@ -54,13 +67,18 @@ def _quiet() -> None:
     logging.disable(logging.WARNING)
 
 
-def _summit_run(args: tuple[str, str, float | None, int, float]) -> ReplayResult:
+def _summit_run(args: tuple[str, str, float | None, int | None, float]) -> ReplayResult:
     _quiet()
     policy, workload, days, max_jobs, time_limit = args
     timeline = summit_timeline(None, days)
     jobs = workload_jobs(workload, timeline, keep_submits=True)
+    if policy == "scavenger":
+        return scavenger_replay(timeline, jobs)
     chosen = make_policy(policy, time_limit_s=time_limit)
-    return Replay(timeline, jobs, chosen, max_jobs=max_jobs).run()
+    result = Replay(timeline, jobs, chosen, max_jobs=max_jobs).run()
+    if max_jobs == SUMMIT_CAP:
+        return result
+    return replace(result, policy=f"{policy} (cap {max_jobs or 'none'})")
 
 
 def _jct_run(args: tuple[str, str, str, int, float, int, float]) -> ReplayResult:
@@ -73,26 +91,103 @@ def _jct_run(args: tuple[str, str, str, int, float, int, float]) -> ReplayResult
     return replace(result, policy=f"{policy} ({objective})")
 
 
-def _trace_run(args: tuple[str, str, str]) -> ReplayResult:
+def _trace_run(args: tuple[str, str, str, int]) -> ReplayResult:
     _quiet()
     from parsl_malleable.replay.idle import idle_from_sim
     from parsl_malleable.replay.queue_windows import QueueWindows
-    from parsl_malleable.replay.scenario import bftrainer_dir
-    from parsl_malleable.replay.workload import load_replay_workload, sweep
     from parsl_malleable.sim.simulate import simulate
     from parsl_malleable.traces import read_trace
 
-    trace_name, policy, windows = args
-    trace = read_trace(data_file(trace_name))
-    sim = simulate(trace, "easy")
-    timeline = idle_from_sim(sim, source=trace_name)
-    start = timeline.t0 + SWEEP_DAY * 86400
-    timeline = timeline.window(start, timeline.t1)
-    template = load_replay_workload(bftrainer_dir(), "hps-shufflenet-1000J", limit=1)[0]
-    jobs = sweep(replace(template, samples=SWEEP_SAMPLES), SWEEP_JOBS, start)
-    source = QueueWindows(trace, sim) if windows == "queue" else None
-    result = Replay(timeline, jobs, make_policy(policy), max_jobs=SWEEP_JOBS, windows=source).run()
+    trace_name, policy, windows, count = args
+    if trace_name == "summit":
+        timeline = summit_timeline(None, None)
+        timeline = timeline.window(timeline.t0 + SWEEP_DAY * 86400, timeline.t1)
+        trace = sim = None
+    else:
+        trace = read_trace(data_file(trace_name))
+        sim = simulate(trace, "easy")
+        timeline = idle_from_sim(sim, source=trace_name)
+        timeline = timeline.window(timeline.t0 + SWEEP_DAY * 86400, timeline.t1)
+    jobs = _sweep_jobs(timeline.t0, count)
+    if policy == "scavenger":
+        return scavenger_replay(timeline, jobs)
+    source = QueueWindows(trace, sim) if windows == "queue" and trace is not None else None
+    result = Replay(timeline, jobs, make_policy(policy), max_jobs=None, windows=source).run()
     return replace(result, policy=f"{policy} ({windows} windows)" if windows else policy)
+
+
+def _sweep_jobs(start: float, count: int) -> list[ReplayJob]:
+    from parsl_malleable.replay.scenario import bftrainer_dir
+    from parsl_malleable.replay.workload import load_replay_workload, sweep
+
+    template = load_replay_workload(bftrainer_dir(), "hps-shufflenet-1000J", limit=1)[0]
+    return sweep(replace(template, samples=SWEEP_SAMPLES), count, start)
+
+
+SATURATED_NODES, SATURATED_BACKLOG, SATURATED_MIX = 1000, 1000, 40
+SATURATED_RUNS = (
+    ("ours", None),
+    ("scavenger", None),
+    ("freetrain", 10),
+    ("freetrain", 30),
+    ("freetrain", 100),
+    ("freetrain", None),
+    ("malletrain", 10),
+)
+
+
+def _saturated_jobs(workload: str, timeline: IdleTimeline) -> list[ReplayJob]:
+    if workload == "hps-shufflenet-1000J":
+        jobs = hpo_sweep(timeline, SATURATED_BACKLOG, samples=math.inf)
+    else:
+        jobs = workload_jobs(workload, timeline, limit=SATURATED_MIX)
+        jobs = [replace(j, samples=math.inf) for j in jobs]
+    return [replace(j, submit=timeline.t0) for j in jobs]
+
+
+def _saturated_run(args: tuple[str, str, int | None]) -> ReplayResult:
+    _quiet()
+    policy, workload, cap = args
+    timeline = summit_timeline(SATURATED_NODES, 1.0)
+    jobs = _saturated_jobs(workload, timeline)
+    if policy == "scavenger":
+        return scavenger_replay(timeline, jobs)
+    result = Replay(timeline, jobs, make_policy(policy), max_jobs=cap).run()
+    return replace(result, policy=f"{policy} (cap {cap if cap else 'none'})")
+
+
+BOUND_HEADER = (
+    "| policy | samples (G) | of upper bound | of offline bound | harvested | rescales "
+    "| decisions | solver fallbacks | wall (s) | efficiency |\n"
+    "|---|---|---|---|---|---|---|---|---|---|"
+)
+
+
+def _bound_row(r: ReplayResult) -> str:
+    s = r.summary()
+    return (
+        f"| {s['policy']} | {r.trained / 1e9:,.3f} | {r.of_upper:.1%} | {r.of_offline:.1%} | "
+        f"{s['harvested_fraction']:.1%} | {s['rescales']:,} | {s['decisions']:,} | "
+        f"{s['fallbacks']} | {s['wall_s']:.0f} | {s['efficiency']:.1%} |"
+    )
+
+
+def part_saturated(pool: ProcessPoolExecutor) -> None:
+    for workload in ("hps-shufflenet-1000J", "imagenet-imgps-1001J"):
+        began = time.perf_counter()
+        runs = [(policy, workload, cap) for policy, cap in SATURATED_RUNS]
+        results = list(pool.map(_saturated_run, runs))
+        r0 = results[0]
+        print(
+            f"\nSaturated day, {workload}: Summit's first {SATURATED_NODES} nodes, day 1, "
+            f"{len(r0.jobs)} jobs with unlimited samples submitted at the start; "
+            f"{r0.idle_node_seconds / 3600:,.0f} idle node-hours; upper bound "
+            f"{r0.upper_bound / 1e9:.3f} G, offline bound {r0.offline_bound / 1e9:.3f} G; "
+            f"{time.perf_counter() - began:.0f} s for the part"
+        )
+        print(BOUND_HEADER)
+        for r in results:
+            print(_bound_row(r))
 
 
 def _row(r: ReplayResult) -> str:
@@ -101,16 +196,18 @@ def _row(r: ReplayResult) -> str:
     ttr_text = "-" if isinstance(ttr, float) and math.isnan(ttr) else f"{ttr:.1f}"
     return (
         f"| {s['policy']} | {s['finished']}/{s['jobs']} | {s['samples'] / 1e9:,.1f} | "
-        f"{s['efficiency']:.1%} | {s['scaling_efficiency']:.1%} | {s['harvested_fraction']:.1%} | "
-        f"{s['mean_jct_h']:.2f} | {ttr_text} | {s['rescales']:,} | {s['decisions']:,} | "
-        f"{s['fallbacks']} | {s['wall_s']:.0f} |"
+        f"{r.of_upper:.1%} | {r.of_offline:.1%} | {ttr_text} | {s['mean_jct_h']:.2f} | "
+        f"{s['harvested_fraction']:.1%} | {s['rescales']:,} | {s['decisions']:,} | "
+        f"{s['fallbacks']} | {s['wall_s']:.0f} | {s['scaling_efficiency']:.1%} | "
+        f"{s['efficiency']:.1%} |"
     )
 
 
 HEADER = (
-    "| policy | jobs done | samples (G) | efficiency | scaling eff. | harvested | mean JCT (h) "
-    "| time to result (h) | rescales | decisions | solver fallbacks | wall (s) |\n"
-    "|---|---|---|---|---|---|---|---|---|---|---|---|"
+    "| policy | jobs done | samples (G) | of upper bound | of offline bound | time to result (h) "
+    "| mean JCT (h) | harvested | rescales | decisions | solver fallbacks | wall (s) "
+    "| scaling eff. | efficiency |\n"
+    "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 )
 
 
@@ -142,7 +239,9 @@ def part_summit(
 ) -> None:
     for workload in workloads:
         began = time.perf_counter()
-        runs = [(p, workload, days, 10, time_limit) for p in policies]
+        runs = [(p, workload, days, SUMMIT_CAP, time_limit) for p in policies]
+        # Admission (every job a candidate), FreeTrain at larger caps, the scavenger baseline.
+        runs += [(p, workload, days, cap, time_limit) for p, cap in SUMMIT_EXTRA]
         results = list(pool.map(_summit_run, runs))
         r0 = results[0]
         print(
@@ -211,50 +310,53 @@ def part_jct(pool: ProcessPoolExecutor, nodes: int, days: float, count: int, dec
 
 def part_traces(pool: ProcessPoolExecutor) -> None:
     from parsl_malleable.replay.batch import batch_sweep
-    from parsl_malleable.replay.scenario import bftrainer_dir
     from parsl_malleable.replay.slurmfit import slurm_fit_sweep
-    from parsl_malleable.replay.workload import load_replay_workload, sweep
     from parsl_malleable.traces import read_trace
 
-    kinds = (("freetrain", ""), ("ours", "queue"), ("ours", "history"))
-    runs = [(t, p, w) for t in TRACES for p, w in kinds]
-    results = list(pool.map(_trace_run, runs))
-    print(
-        f"\nJob traces (EASY backfill), a {SWEEP_JOBS}-job sweep of {SWEEP_SAMPLES / 1e6:.0f} M "
-        f"samples each submitted on day {SWEEP_DAY:.0f}; "
-        f"batch: {BATCH_NODES}-node jobs in the queue; slurm-fit: the same with "
-        f"--time-min={FIT_TIME_MIN_S:.0f} s, resubmitted when cut off"
-    )
-    print(
-        "| trace | policy | harvested | efficiency | time to result (h) "
-        "| native delay mean / max (s) |"
-    )
-    print("|---|---|---|---|---|---|")
-    template = load_replay_workload(bftrainer_dir(), "hps-shufflenet-1000J", limit=1)[0]
-    for k, trace_name in enumerate(TRACES):
-        for r in results[len(kinds) * k : len(kinds) * (k + 1)]:
+    kinds = (("ours", "queue"), ("ours", "history"), ("freetrain", ""), ("scavenger", ""))
+    for count in SWEEP_SIZES:
+        began = time.perf_counter()
+        places = (*TRACES, "summit")
+        runs = [(t, p, w, count) for t in places for p, w in kinds if t != "summit" or w != "queue"]
+        results = list(pool.map(_trace_run, runs))
+        print(
+            f"\nJob traces (EASY backfill) and Summit's idle trace, a {count}-job sweep of "
+            f"{SWEEP_SAMPLES / 1e6:.0f} M samples each submitted on day {SWEEP_DAY:.0f}; every "
+            f"sweep job a candidate (admission); batch: {BATCH_NODES}-node jobs in the queue; "
+            f"slurm-fit: the same with --time-min={FIT_TIME_MIN_S:.0f} s, resubmitted when cut "
+            f"off; scavenger: one-node jobs in a preemptable partition with requeue; "
+            f"{time.perf_counter() - began:.0f} s for the replays"
+        )
+        print(
+            "| trace | policy | time to result (h) | mean JCT (h) | of offline bound | harvested "
+            "| native delay mean / max (s) | efficiency |"
+        )
+        print("|---|---|---|---|---|---|---|---|")
+        for r, (trace_name, _, _, _) in zip(results, runs, strict=True):
             s = r.summary()
-            ttr = s["time_to_result_h"]
             print(
-                f"| {trace_name} | {r.policy} | {s['harvested_fraction']:.1%} | "
-                f"{s['efficiency']:.1%} | {ttr:.1f} | 0 / 0 (yields at once) |"
+                f"| {trace_name} | {r.policy} | {s['time_to_result_h']:.2f} | "
+                f"{s['mean_jct_h']:.2f} | {r.of_offline:.1%} | {s['harvested_fraction']:.1%} | "
+                f"0 / 0 (yields at once) | {s['efficiency']:.1%} |"
             )
-        trace = read_trace(data_file(trace_name))
-        start = float(trace.jobs["submit"].min()) + SWEEP_DAY * 86400
-        jobs = sweep(replace(template, samples=SWEEP_SAMPLES), SWEEP_JOBS, start)
-        batch = batch_sweep(trace, jobs, BATCH_NODES)
-        fit = slurm_fit_sweep(trace, jobs, BATCH_NODES, FIT_TIME_MIN_S)
-        for name, outcome in (("batch", batch), ("slurm-fit", fit)):
-            print(
-                f"| {trace_name} | {name} ({outcome.submissions} jobs) | - | - | "
-                f"{outcome.time_to_result_s / 3600:.1f} | "
-                f"{outcome.native_delay_mean_s:.0f} / {outcome.native_delay_max_s:.0f} |"
-            )
+        for trace_name in TRACES:
+            trace = read_trace(data_file(trace_name))
+            jobs = _sweep_jobs(float(trace.jobs["submit"].min()) + SWEEP_DAY * 86400, count)
+            batch = batch_sweep(trace, jobs, BATCH_NODES)
+            fit = slurm_fit_sweep(trace, jobs, BATCH_NODES, FIT_TIME_MIN_S)
+            for name, outcome in (("batch", batch), ("slurm-fit", fit)):
+                print(
+                    f"| {trace_name} | {name} ({outcome.submissions} jobs) | "
+                    f"{outcome.time_to_result_s / 3600:.2f} | - | - | - | "
+                    f"{outcome.native_delay_mean_s:.0f} / {outcome.native_delay_max_s:.0f} | - |"
+                )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--part", choices=("summit", "jct", "traces", "all"), default="all")
+    parser.add_argument(
+        "--part", choices=("saturated", "summit", "jct", "traces", "all"), default="all"
+    )
     parser.add_argument("--days", type=float, help="Summit: only the first D days")
     parser.add_argument("--policy", action="append", choices=POLICIES)
     parser.add_argument("--workload", action="append", choices=SUMMIT_WORKLOADS)
@@ -267,6 +369,8 @@ def main() -> None:
     args = parser.parse_args()
     (REPO / "docs" / "img").mkdir(parents=True, exist_ok=True)
     with ProcessPoolExecutor(args.workers) as pool:
+        if args.part in ("saturated", "all"):
+            part_saturated(pool)
         if args.part in ("summit", "all"):
             workloads = tuple(args.workload or SUMMIT_WORKLOADS)
             policies = tuple(args.policy or SUMMIT_POLICIES)

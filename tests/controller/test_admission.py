@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from parsl_malleable.allocate.api import allocate
 from parsl_malleable.allocate.curve import ScalingCurve
 from parsl_malleable.allocate.spec import TrainingJob
@@ -105,3 +107,52 @@ def test_the_milp_gives_way_to_the_greedy_rule_above_its_job_limit():
     decision = _decide(_sweep("p", 40, POOR, "poor"), 16, milp_max_jobs=8)
     assert decision.solver == "greedy" and not decision.fallback
     assert sum(t.after for t in decision.terms.values()) == 16
+
+
+def _profiled_family() -> ScalabilityProfiler:
+    """A family measured well at one node and twice at two (unsure, so optimistic, beyond)."""
+    import numpy as np
+
+    curve = ScalingCurve((1, 2, 4, 8, 64), (2831.0, 5260.0, 9990.0, 20380.0, 145100.0))
+    profiler = ScalabilityProfiler(default_scale_up_s=5, default_scale_down_s=2)
+    noise = np.random.default_rng(0)
+    for n, count in ((1, 200), (2, 2)):
+        for _ in range(count):
+            profiler.record("family:s", n, curve(n) * (1 + 0.05 * noise.standard_normal()))
+    for _ in range(20):
+        profiler.record_rescale("family:s", "up", 18.0)
+        profiler.record_rescale("family:s", "down", 12.0)
+    return profiler
+
+
+@pytest.mark.parametrize("solver", ["highs", "greedy"])
+def test_a_burst_of_short_lived_nodes_starts_new_jobs_instead_of_growing_running_ones(solver):
+    # Nine one-node jobs run on long-lived nodes; 28 nodes arrive that stay about 2 minutes.
+    # Growing a job onto them pauses all its ranks, the joining ones too: priced at the rate
+    # before the rescale (one node's pause for 14 more nodes) the allocator grew two running
+    # jobs to 16 and 14 nodes; priced at the rate after, it starts 28 one-node jobs.
+    jobs = [JobSpec(f"j{i:03d}", 1, 64, family="s") for i in range(60)]
+    remaining = {**{f"h{i}": 3600.0 for i in range(9)}, **{f"n{i}": 120.0 for i in range(28)}}
+    holdings = {f"j{i:03d}": [f"h{i}"] for i in range(9)}
+
+    def sizes(pause_rate: str) -> list[int]:
+        decision = decide(
+            number=1,
+            now=0.0,
+            reason="burst",
+            jobs=jobs,
+            holdings=holdings,
+            remaining=remaining,
+            profiler=_profiled_family(),
+            settings=PolicySettings(
+                objective="throughput",
+                solver=solver,
+                pause_rate=pause_rate,
+                time_limit_s=5.0,
+                gap_rel=1e-6,
+            ),
+        )
+        return sorted((t.after for t in decision.terms.values() if t.after), reverse=True)
+
+    assert sizes("after") == [1] * 37
+    assert max(sizes("before")) > 1  # FreeTrain's pricing, kept for the freetrain policy
