@@ -8,10 +8,12 @@ block of 64 nodes yielding, and a job ending. The baseline, in the same run on t
 is the allocator alone solved to the same gap with no time budget: its time, and its objective,
 which the decision's objective is divided by (1.0: the budget cost nothing). Nodes come in
 blocks of 16 with windows drawn from a log-normal (median 30 min); curves are
-``1 / (a/n + b + c n)`` with random a, b, c; sizes 1-64 nodes.
+``1 / (a/n + b + c n)`` with random a, b, c; sizes 1-64 nodes. ``--jobs 1000 --families 10``
+is a backlog: 1,000 jobs in 10 families of interchangeable jobs (an HPO sweep each), of which
+admission offers the allocator only as many as could start.
 
     python benchmarks/bench_controller_decision.py [--solver highs|cbc] [--repeats N]
-        [--time-limit S]
+        [--time-limit S] [--jobs N --families K]
 """
 
 from __future__ import annotations
@@ -43,7 +45,12 @@ def make_curve(rng: random.Random, max_nodes: int) -> ScalingCurve:
 
 
 def build(
-    solver: str, seed: int, budget: float | None, threads: int | None = 1
+    solver: str,
+    seed: int,
+    budget: float | None,
+    threads: int | None = 1,
+    jobs: int = JOBS,
+    families: int = 0,
 ) -> tuple[ControllerCore, float]:
     rng = random.Random(seed)
     policy = PolicySettings(solver=solver, threads=threads)
@@ -58,14 +65,27 @@ def build(
         for i in range(BLOCK):
             node = f"b{b}n{i}"
             core.node_ready(node, f"b{b}", now, name=node)
-    for j in range(JOBS):
+    kinds = []  # a backlog's families: (min_nodes, max_nodes, priority, curve) each
+    for _ in range(families):
         max_nodes = rng.choice([8, 16, 32, 64])
+        kinds.append(
+            (rng.choice([1, 2, 4]), max_nodes, rng.choice([1.0, 2.0]), make_curve(rng, max_nodes))
+        )
+    for j in range(jobs):
+        if kinds:
+            low, high, priority, curve = kinds[j % families]
+            family: str | None = f"f{j % families}"
+        else:
+            high = rng.choice([8, 16, 32, 64])
+            low, priority = rng.choice([1, 2, 4]), rng.choice([1.0, 1.0, 2.0])
+            curve, family = make_curve(rng, high), None
         spec = JobSpec(
-            f"job{j:03d}",
-            min_nodes=rng.choice([1, 2, 4]),
-            max_nodes=max_nodes,
-            priority=rng.choice([1.0, 1.0, 2.0]),
-            curve=make_curve(rng, max_nodes),
+            f"job{j:04d}",
+            min_nodes=low,
+            max_nodes=high,
+            priority=priority,
+            curve=curve,
+            family=family,
         )
         core.add_job(spec, now)
     return core, now
@@ -129,12 +149,20 @@ def measure(core: ControllerCore, now: float) -> Row:
     base, optimum = allocator_alone(core, now)
     step, actions = timed_step(core, now)
     decision = core.decisions[-1]
+    # The allocator alone sees every job; the decision only the admitted ones.
     ratio = decision.objective / optimum if optimum else 1.0
     return step, base, actions, ratio, decision.status
 
 
-def run(solver: str, seed: int, budget: float | None, threads: int | None = 1) -> dict[str, Row]:
-    core, now = build(solver, seed, budget, threads)
+def run(
+    solver: str,
+    seed: int,
+    budget: float | None,
+    threads: int | None = 1,
+    jobs: int = JOBS,
+    families: int = 0,
+) -> dict[str, Row]:
+    core, now = build(solver, seed, budget, threads, jobs, families)
     out: dict[str, Row] = {}
     now += 1.0
     out["cold start"] = measure(core, now)
@@ -165,15 +193,24 @@ def main() -> None:
     parser.add_argument(
         "--threads", type=int, default=1, help="solver threads (0: the solver's choice)"
     )
+    parser.add_argument("--jobs", type=int, default=JOBS, help="registered jobs")
+    parser.add_argument(
+        "--families",
+        type=int,
+        default=0,
+        help="a backlog: the jobs in this many families of interchangeable jobs (0: all differ)",
+    )
     args = parser.parse_args()
     threads = args.threads or None
     print(
-        f"controller decision latency: {JOBS} jobs x {NODES} nodes ({args.solver}, "
-        f"{threads or 'auto'} threads)"
+        f"controller decision latency: {args.jobs} jobs"
+        f"{f' in {args.families} families' if args.families else ''} x {NODES} nodes "
+        f"({args.solver}, {threads or 'auto'} threads)"
     )
     rows: dict[str, list[Row]] = {}
     for seed in range(args.repeats):
-        for event, row in run(args.solver, seed, args.time_limit, threads).items():
+        outcome = run(args.solver, seed, args.time_limit, threads, args.jobs, args.families)
+        for event, row in outcome.items():
             rows.setdefault(event, []).append(row)
             print(
                 f"  seed {seed} {event:16} decision {row[0]:.3f} s ({row[4]}, objective "

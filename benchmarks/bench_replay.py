@@ -127,6 +127,7 @@ def _sweep_jobs(start: float, count: int) -> list[ReplayJob]:
 SATURATED_NODES, SATURATED_BACKLOG, SATURATED_MIX = 1000, 1000, 40
 SATURATED_RUNS = (
     ("ours", None),
+    ("ours, no debounce", None),
     ("scavenger", None),
     ("freetrain", 10),
     ("freetrain", 30),
@@ -152,7 +153,12 @@ def _saturated_run(args: tuple[str, str, int | None]) -> ReplayResult:
     jobs = _saturated_jobs(workload, timeline)
     if policy == "scavenger":
         return scavenger_replay(timeline, jobs)
-    result = Replay(timeline, jobs, make_policy(policy), max_jobs=cap).run()
+    chosen = make_policy(policy.split(",")[0])
+    if policy.endswith("no debounce"):
+        # What the controller's event debounce costs: decide at once, as freetrain does.
+        core = replace(chosen.core, debounce_s=0.0, max_delay_s=0.0)
+        chosen = replace(chosen, name=policy, core=core)
+    result = Replay(timeline, jobs, chosen, max_jobs=cap).run()
     return replace(result, policy=f"{policy} (cap {cap if cap else 'none'})")
 
 

@@ -52,6 +52,11 @@ Period = Annotated[
 ]
 """Seconds ``>= 0`` where ``inf`` means never (``NaN`` is refused by the bound)."""
 
+Amount = Annotated[
+    float, Field(allow_inf_nan=True), Field(gt=0), BeforeValidator(_not_bool_or_text)
+]
+"""A quantity ``> 0`` where ``inf`` means unlimited (``NaN`` is refused by the bound)."""
+
 _COUNT: TypeAdapter[int] = TypeAdapter(WholeCount)
 _NUMBER: TypeAdapter[float] = TypeAdapter(Number)
 

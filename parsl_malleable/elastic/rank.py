@@ -52,6 +52,21 @@ class PlannedChange(EpochInterrupt):
     """The group agreed at a commit that membership changes; the state is committed."""
 
 
+# gloo's transport raises plain RuntimeError (not DistError) when a peer's socket closes in a
+# collective that DDP did not route through its communication hook (a buffer broadcast, a
+# GradScaler's inf check): seen in CI as "[.../gloo/transport/tcp/pair.cc:537] Read error
+# [127.0.0.1]:13497: Connection reset by peer". Such an error is a lost peer, not user code.
+_TRANSPORT_MARKS = ("gloo/transport", "Connection reset by peer", "Connection closed by peer")
+
+
+def is_transport_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is torch.distributed telling that a peer or its connection went away."""
+    if isinstance(exc, torch.distributed.DistError):
+        return True
+    text = str(exc)
+    return isinstance(exc, RuntimeError) and any(mark in text for mark in _TRANSPORT_MARKS)
+
+
 class PeerLost(EpochInterrupt):
     """A collective failed (a peer died or timed out); the state rolls back to the last commit."""
 
@@ -332,7 +347,7 @@ class RankContext:
             return loop(state)
         except Exception as exc:
             failures = [w.failure for w in self._wrapped if w.failure is not None]
-            if failures or isinstance(exc, torch.distributed.DistError):
+            if failures or is_transport_error(exc):
                 cause = failures[0] if failures else exc
                 raise PeerLost(f"gradient exchange failed in epoch {self.epoch}: {cause}") from exc
             raise

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import csv
 import datetime as dt
-import math
 from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
@@ -14,7 +13,7 @@ from pydantic import Field, StrictStr
 from parsl_malleable.allocate.curve import ScalingCurve
 from parsl_malleable.allocate.workload import _csv_file, load_workload
 from parsl_malleable.errors import ConfigError, TraceFormatError
-from parsl_malleable.inputs import Number, WholeCount, boundary
+from parsl_malleable.inputs import Amount, Number, WholeCount, boundary
 from parsl_malleable.traces._io import open_text
 
 
@@ -31,13 +30,11 @@ class ReplayJob:
     max_nodes: WholeCount
     scale_up_s: Annotated[Number, Field(ge=0)]
     scale_down_s: Annotated[Number, Field(ge=0)]
-    samples: Annotated[float, Field(gt=0, allow_inf_nan=True)]
+    samples: Amount
     submit: Number
     family: StrictStr | None = None
 
     def __post_init__(self) -> None:
-        if isinstance(self.samples, bool) or math.isnan(self.samples):
-            raise ConfigError(f"job {self.name!r}: samples must be a number > 0 or inf")
         if self.min_nodes > self.max_nodes:
             raise ConfigError(
                 f"job {self.name!r}: need 1 <= min_nodes <= max_nodes; got "
