@@ -81,7 +81,7 @@ class PolicySettings:
     threads: Annotated[WholeCount, Field(ge=1)] | None = 1
     max_running: Annotated[WholeCount, Field(ge=1)] | None = None
     max_waiting: Annotated[WholeCount, Field(ge=1)] | None = None
-    milp_max_jobs: Annotated[WholeCount, Field(ge=1)] | None = 48
+    milp_max_jobs: Annotated[WholeCount, Field(ge=1)] | None = 128
 
     def __post_init__(self) -> None:
         if self.objective != "completion":
