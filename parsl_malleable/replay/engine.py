@@ -264,7 +264,6 @@ class Replay:
 
     def _result(self, wall_s: float) -> ReplayResult:
         end = self.now
-        idle = self.timeline.window(self.timeline.t0, end).idle_node_seconds()
         outcomes = [
             JobOutcome(
                 name=r.job.name,
@@ -289,7 +288,7 @@ class Replay:
             source=self.timeline.source,
             t0=self.timeline.t0,
             t1=end,
-            idle_node_seconds=idle,
+            idle_node_seconds=bounds.idle_node_seconds,
             jobs=outcomes,
             decisions=len(decisions),
             decision_s=sum(d.seconds for d in decisions),

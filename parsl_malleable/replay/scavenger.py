@@ -298,7 +298,7 @@ def scavenger_replay(
         source=timeline.source,
         t0=timeline.t0,
         t1=end,
-        idle_node_seconds=timeline.window(timeline.t0, end).idle_node_seconds(),
+        idle_node_seconds=bounds.idle_node_seconds,
         jobs=[run.outcome() for run in runs],
         decisions=sum(run.starts for run in runs),
         decision_s=0.0,

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from parsl_malleable.allocate import Allocation, ScalingCurve, TrainingJob
+from parsl_malleable.allocate.horizon import HorizonClasses, classify
+from parsl_malleable.allocate.instances import Instance
 
 
 def linear_job(
@@ -51,3 +53,15 @@ def assert_valid(
     assert seen <= known
     if node_cap is not None:
         assert len(seen) <= node_cap
+
+
+def instance_classes(instance: Instance, max_classes: int = 4) -> HorizonClasses:
+    """The horizon classes ``allocate`` builds for ``instance`` with its default windows."""
+    return classify(
+        instance.jobs,
+        instance.free_nodes,
+        instance.windows,
+        default_window_s=3600.0,
+        max_horizon_s=3600.0,
+        max_classes=max_classes,
+    )

@@ -12,10 +12,9 @@ import pytest
 from parsl_malleable.allocate import NodeWindow, allocate, load_workload
 from parsl_malleable.allocate.api import check_counts
 from parsl_malleable.allocate.greedy import greedy_counts
-from parsl_malleable.allocate.horizon import classify
 from parsl_malleable.allocate.instances import Instance, make_instance, summit_remaining_windows
 
-from .helpers import assert_valid, linear_job
+from .helpers import assert_valid, instance_classes, linear_job
 
 CAPS = [0, 1, 10, 30, 48]
 
@@ -34,21 +33,10 @@ def instance(request, bftrainer_dir) -> Instance:
     return built
 
 
-def _classes(instance: Instance):
-    return classify(
-        instance.jobs,
-        instance.free_nodes,
-        instance.windows,
-        default_window_s=3600.0,
-        max_horizon_s=3600.0,
-        max_classes=4,
-    )
-
-
 @pytest.mark.parametrize("cap", CAPS)
 @pytest.mark.parametrize("objective", ["throughput", "maxmin"])
 def test_greedy_rule_shrinks_running_jobs_to_the_cap(instance, cap, objective) -> None:
-    classes = _classes(instance)
+    classes = instance_classes(instance)
     counts = greedy_counts(instance.jobs, classes, objective=objective, node_cap=cap)
     assert sum(sum(row) for row in counts.values()) <= cap
     assert check_counts(instance.jobs, counts, classes, cap) == ""  # min/max, no migration

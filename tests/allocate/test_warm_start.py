@@ -17,9 +17,10 @@ from parsl_malleable.allocate import allocate, load_workload
 from parsl_malleable.allocate.count_model import build_count_model
 from parsl_malleable.allocate.evaluate import objective_value
 from parsl_malleable.allocate.greedy import greedy_counts
-from parsl_malleable.allocate.horizon import classify
 from parsl_malleable.allocate.instances import Instance, make_instance, summit_remaining_windows
 from parsl_malleable.allocate.solve import make_solver, start_violation
+
+from .helpers import instance_classes
 
 TOL = 1e-7  # HiGHS's and CBC's primal feasibility tolerance
 
@@ -34,17 +35,6 @@ def instance(request, bftrainer_dir) -> Instance:
     return make_instance(jobs, n_nodes, remaining, seed=seed)
 
 
-def _classes(instance: Instance, max_classes: int = 4):
-    return classify(
-        instance.jobs,
-        instance.free_nodes,
-        instance.windows,
-        default_window_s=3600.0,
-        max_horizon_s=3600.0,
-        max_classes=max_classes,
-    )
-
-
 @pytest.mark.parametrize("objective", ["throughput", "weighted", "speedup", "maxmin"])
 @pytest.mark.parametrize(
     ("charge_start", "shrink_pauses", "pause_rate"),
@@ -54,7 +44,7 @@ def _classes(instance: Instance, max_classes: int = 4):
 def test_start_is_a_complete_feasible_point_worth_the_greedy_value(
     instance, objective, charge_start, shrink_pauses, pause_rate, node_cap
 ) -> None:
-    classes = _classes(instance)
+    classes = instance_classes(instance)
     options = {
         "charge_start": charge_start,
         "shrink_pauses": shrink_pauses,
@@ -83,7 +73,7 @@ def test_start_is_a_complete_feasible_point_worth_the_greedy_value(
 
 def test_highs_stopped_at_the_root_keeps_the_start(instance) -> None:
     """With no branching node allowed and no time for a sub-MIP, HiGHS's incumbent is the start."""
-    classes = _classes(instance)
+    classes = instance_classes(instance)
     model = build_count_model(instance.jobs, classes)
     greedy = greedy_counts(instance.jobs, classes)
     greedy_value = objective_value(instance.jobs, greedy, classes, "throughput")
@@ -110,7 +100,7 @@ def test_highs_at_a_replay_time_limit_is_at_least_greedy(instance, time_limit) -
 
 def test_cbc_reads_the_whole_start_and_finds_it_worth_the_greedy_value(instance, tmp_path) -> None:
     """CBC's log says what it made of the start file pulp writes (``-mips``)."""
-    classes = _classes(instance)
+    classes = instance_classes(instance)
     model = build_count_model(instance.jobs, classes)
     greedy = greedy_counts(instance.jobs, classes)
     greedy_value = objective_value(instance.jobs, greedy, classes, "throughput")
@@ -146,7 +136,7 @@ def test_a_solver_that_drops_the_start_is_told_apart_from_a_bad_start(instance) 
     alloc = allocate(instance.jobs, instance.free_nodes, instance.windows, solver=_GivesUp())
     assert alloc.fallback and alloc.solver == "greedy"
     assert "the greedy start is feasible; the solver stopped before using it" in alloc.message
-    classes = _classes(instance)
+    classes = instance_classes(instance)
     model = build_count_model(instance.jobs, classes)
     start = model.start_values(greedy_counts(instance.jobs, classes))
     var = next(v for row in model.x.values() for v in row if v is not None)
