@@ -23,7 +23,8 @@ from parsl_malleable.harvest.ledger import BlockInfo, Phase
 @dataclass(frozen=True)
 class BlockView:
     """One live block: ``key`` names this incarnation (Parsl block id and scheduler job id),
-    ``parsl_block`` the Parsl block id its workers report, ``deadline`` its wall-clock end."""
+    ``parsl_block`` the Parsl block id its workers report, ``deadline`` its wall-clock end;
+    ``submitted_at`` and ``started_at`` when it was submitted and started (if known)."""
 
     key: str
     parsl_block: str
@@ -31,6 +32,8 @@ class BlockView:
     deadline: float | None
     yielding: bool
     reason: str = ""
+    submitted_at: float | None = None
+    started_at: float | None = None
 
 
 class BlockSource(Protocol):
@@ -67,10 +70,19 @@ class ProviderBlocks:
                 deadline=info.deadline,
                 yielding=info.phase is Phase.YIELDING,
                 reason="yields to a native job" if info.phase is Phase.YIELDING else "",
+                submitted_at=info.submitted_at,
+                started_at=info.start,
             )
             for info in infos
             if info.phase in (Phase.RUNNING, Phase.YIELDING)
         ]
+
+    def ended_at(self, key: str) -> float | None:
+        """When the provider saw the scheduler job of block ``key`` end (None: not seen)."""
+        for record in reversed(self.provider.history()):  # type: ignore[attr-defined]
+            if block_key(record.block_id, record.job_id) == key:
+                return record.ended_at
+        return None
 
     def attach(self, wake: Callable[[], None]) -> None:
         """Chain onto the provider's yield hook, keeping any hook the user set."""
@@ -95,18 +107,20 @@ class BlockDiff:
     def __init__(self) -> None:
         self.listed: dict[str, str] = {}  # block key -> Parsl block id
 
-    def apply(self, views: Iterable[BlockView], core: ControllerCore, now: float) -> None:
-        """Tell ``core`` what changed since the last answer."""
+    def apply(self, views: Iterable[BlockView], core: ControllerCore, now: float) -> list[str]:
+        """Tell ``core`` what changed since the last answer; returns the keys now gone."""
         live = {view.key: view for view in views}
         for key, view in live.items():
             self.listed[key] = view.parsl_block
             core.block_update(
                 key, now, deadline=view.deadline, yielding=view.yielding, reason=view.reason
             )
-        for key in [k for k in self.listed if k not in live]:
+        gone = [k for k in self.listed if k not in live]
+        for key in gone:
             del self.listed[key]
             if key in core.blocks:
                 core.block_gone(key, now)
+        return gone
 
 
 __all__ = ["BlockDiff", "BlockSource", "BlockView", "ProviderBlocks", "block_key"]

@@ -273,6 +273,11 @@ class Coordinator:
         with self._cond:
             return [dict(e) for e in self._events]
 
+    def events_since(self, index: int) -> list[dict[str, Any]]:
+        """The events after the first ``index`` (to read them as they come)."""
+        with self._cond:
+            return [dict(e) for e in self._events[index:]]
+
     def running_world_size(self) -> int:
         """Size of the group currently training (0 while none is)."""
         with self._cond:

@@ -93,6 +93,7 @@ class BlockInfo:
     start: float | None
     deadline: float | None
     phase: Phase
+    submitted_at: float | None = None
 
     @classmethod
     def of(cls, job: JobRecord) -> BlockInfo:
@@ -105,6 +106,7 @@ class BlockInfo:
             start=job.start,
             deadline=job.deadline,
             phase=job.phase,
+            submitted_at=job.submitted_at,
         )
 
 
