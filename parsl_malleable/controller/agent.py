@@ -11,6 +11,12 @@ agent was sent; orders on the controller's channel are JSON only and name a job 
 catalogue. An agent ordered to run a job it does not carry ends with ``refresh`` and the
 controller sends a new one. An agent whose rank 0 finished a job ends too, returning the
 job's result through Parsl.
+
+An agent says hello before it imports torch: the imports (torch, each catalogued training
+function's module) and each function's ``prepare`` hook (:func:`prepared_by`: load the data
+once per worker) run in a thread meanwhile, while the controller decides what the node does,
+and the first rank order waits for them. ``AgentSpec.warm=False`` turns this off (the rank then
+imports and prepares when it starts, as before; for benchmarks).
 """
 
 from __future__ import annotations
@@ -18,12 +24,19 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import threading
+import time
 import traceback
 from dataclasses import dataclass
 from typing import Any
 
 from parsl_malleable.controller.functions import resolve_function
-from parsl_malleable.elastic.rank import RankOutcome, RankSettings, RankSpec, run_rank
+from parsl_malleable.elastic.settings import (
+    PREPARE_ATTRIBUTE,
+    RankOutcome,
+    RankSettings,
+    RankSpec,
+)
 from parsl_malleable.elastic.wire import CoordinatorClient, CoordinatorUnavailable, derive_secret
 
 logger = logging.getLogger(__name__)
@@ -44,6 +57,38 @@ class AgentSpec:
     port: int
     token: str
     agent_id: str
+    warm: bool = True
+
+
+class WarmUp:
+    """Imports torch and the catalogue's functions and runs their ``prepare`` hooks in a
+    thread; :meth:`wait` returns when done."""
+
+    def __init__(self, catalogue: dict[str, JobPayload]) -> None:
+        self.catalogue = catalogue
+        self.seconds = 0.0
+        self._thread = threading.Thread(target=self._run, name="agent-warm-up", daemon=True)
+        self._thread.start()
+
+    def wait(self) -> None:
+        """Until the imports and hooks are done (a failure was logged: the rank meets it)."""
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def _run(self) -> None:
+        began = time.monotonic()
+        try:
+            import parsl_malleable.elastic.warm  # noqa: F401  (torch and its first optimizer)
+
+            for name, payload in self.catalogue.items():
+                fn = resolve_function(payload.fn)
+                prepare = getattr(fn, PREPARE_ATTRIBUTE, None)
+                if callable(prepare):
+                    logger.debug("agent: preparing job %s", name)
+                    prepare(**payload.kwargs)
+        except Exception:  # the rank runs the same code and reports what fails there
+            logger.warning("agent warm-up failed", exc_info=True)
+        self.seconds = time.monotonic() - began
 
 
 @dataclass(frozen=True)
@@ -114,6 +159,7 @@ def run_agent(spec: AgentSpec, catalogue: dict[str, JobPayload]) -> AgentExit:
     """Body of an agent task: connect, then run ordered ranks until told to stop."""
     here = where_am_i()
     os.environ["LOCAL_RANK"] = str(here["local_rank"])
+    warm_up = WarmUp(catalogue) if spec.warm else None
     try:
         client = CoordinatorClient(spec.host, spec.port, spec.token)
         order = client.request("hello", agent=spec.agent_id, jobs=sorted(catalogue), **here)
@@ -128,6 +174,10 @@ def run_agent(spec: AgentSpec, catalogue: dict[str, JobPayload]) -> AgentExit:
             payload = catalogue.get(job)
             if payload is None:
                 return AgentExit(spec.agent_id, "refresh", job=job)
+            if warm_up is not None:
+                warm_up.wait()
+            from parsl_malleable.elastic.rank import run_rank
+
             rank_spec = RankSpec(
                 host=str(order["host"]),
                 port=int(order["port"]),
@@ -163,6 +213,7 @@ __all__ = [
     "AgentExit",
     "AgentSpec",
     "JobPayload",
+    "WarmUp",
     "bind_device",
     "coordinator_token",
     "run_agent",

@@ -16,9 +16,7 @@ import signal
 import socket
 import threading
 import traceback
-import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import torch
@@ -28,6 +26,7 @@ from parsl_malleable.elastic.checkpoint import CheckpointStore
 from parsl_malleable.elastic.coordinator import info_from_json
 from parsl_malleable.elastic.ddp import ElasticDDP
 from parsl_malleable.elastic.sampler import ElasticDistributedSampler
+from parsl_malleable.elastic.settings import RankOutcome, RankSettings, RankSpec
 from parsl_malleable.elastic.state import ElasticSampler, ElasticState, ResizeHook
 from parsl_malleable.elastic.wire import (
     MAX_LINE,
@@ -78,44 +77,6 @@ class RankExit(BaseException):
         super().__init__(reason)
         self.status = status
         self.reason = reason
-
-
-@dataclass(frozen=True)
-class RankSettings:
-    """Runtime knobs shared by every rank of a job."""
-
-    backend: str = "torch"
-    checkpoint_dir: str | None = None
-    keep_checkpoints: int = 3
-    check_every: int = 1
-    checkpoint_every: int = 200
-    collective_timeout_s: float = 30.0
-    heartbeat_interval_s: float = 1.0
-    torch_threads: int | None = 1
-
-
-@dataclass(frozen=True)
-class RankSpec:
-    """Everything a rank process needs to find its job (picklable: it travels in a Parsl task)."""
-
-    host: str
-    port: int
-    token: str
-    settings: RankSettings = field(default_factory=RankSettings)
-    member_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
-    local_rank: int = 0
-    device: str = "cpu"
-
-
-@dataclass
-class RankOutcome:
-    """How a rank task ended: ``finished`` (with the return value), ``left`` or ``exited``."""
-
-    member_id: str
-    status: str
-    rank: int | None = None
-    value: Any = None
-    reason: str = ""
 
 
 class RankContext:
@@ -546,3 +507,15 @@ def run_rank(
         raise
     finally:
         ctx.close()
+
+
+__all__ = [
+    "PeerLost",
+    "RankContext",
+    "RankExit",
+    "RankOutcome",
+    "RankSettings",
+    "RankSpec",
+    "is_transport_error",
+    "run_rank",
+]
