@@ -121,6 +121,8 @@ class BackfillProvider(ExecutionProvider, RepresentationMixin):
         self.scheduler = scheduler or make_scheduler(self.profile, env)
         self.demand = demand
         self.on_yield = on_yield
+        # Node idle -> first training step; the controller measures it (``min_block_s: auto``).
+        self.startup_s = self.profile.startup_s
         self.predictor = predictor or WindowPredictor(model=None, samples=0)
         self.recycle = recycle
         count = slots if slots is not None else self.profile.max_blocks
@@ -228,6 +230,12 @@ class BackfillProvider(ExecutionProvider, RepresentationMixin):
         """Our live blocks: nodes, deadline and phase of every job not yet ended."""
         with self._lock:
             return [BlockInfo.of(r) for r in self._jobs.values() if r.active]
+
+    @property
+    def min_block_s(self) -> float:
+        """The shortest walltime worth a block now: the profile's ``min_block_s``, or with
+        ``auto`` a multiple of the measured start-up (:attr:`startup_s`)."""
+        return self.profile.block_floor_s(self.startup_s)
 
     def history(self) -> list[JobRecord]:
         """Copies of every job record, in submission order."""
@@ -601,7 +609,9 @@ class BackfillProvider(ExecutionProvider, RepresentationMixin):
             return
         held = sum(len(r.nodes) or r.nodes_requested for r in active)
         busy = {n for r in active for n in (r.nodes or r.planned_nodes)}
-        windows = harvest_windows(snap, self.profile, self.predictor, exclude=busy)
+        windows = harvest_windows(
+            snap, self.profile, self.predictor, exclude=busy, min_block_s=self.min_block_s
+        )
         cap_left = self.profile.max_nodes - held
         if self.demand is not None:
             ctx = DemandContext(snap, windows, self.blocks(), held, self.profile.max_nodes)
@@ -609,7 +619,9 @@ class BackfillProvider(ExecutionProvider, RepresentationMixin):
         else:
             want = len(waiting) * self.profile.max_nodes_per_block
         want = min(want, cap_left)
-        requests = plan_blocks(snap, want, self.profile, self.predictor, windows=windows)
+        requests = plan_blocks(
+            snap, want, self.profile, self.predictor, windows=windows, min_block_s=self.min_block_s
+        )
         requests = requests[: len(waiting)]
         if not requests:
             self._explain_no_window(snap, busy)
@@ -645,7 +657,7 @@ class BackfillProvider(ExecutionProvider, RepresentationMixin):
 
     def _explain_no_window(self, snap: Snapshot, busy: set[str]) -> None:
         """Say (once each) which reservation keeps idle nodes from holding a block."""
-        horizon = snap.now + self.profile.min_block_s + self.profile.safety_margin_s
+        horizon = snap.now + self.min_block_s + self.profile.safety_margin_s
         idle = {n.name for n in snap.nodes if n.state is NodeState.IDLE} - busy
         for res in snap.reservations:
             hit = idle & set(res.nodes)
@@ -653,7 +665,7 @@ class BackfillProvider(ExecutionProvider, RepresentationMixin):
                 self._say_once(
                     f"reservation {res.name}",
                     f"takes {len(hit)} idle node(s) from {res.start:.0f} to {res.end:.0f}: "
-                    f"no block of {self.profile.min_block_s:.0f} s + "
+                    f"no block of {self.min_block_s:.0f} s + "
                     f"{self.profile.safety_margin_s:.0f} s margin fits before it",
                 )
 

@@ -51,7 +51,7 @@ class CoreSettings:
     been measured (``inf``: never; the replay decides at events only); drain a block's ranks
     ``drain_margin_s`` before its deadline."""
 
-    debounce_s: Annotated[Number, Field(ge=0)] = 0.5
+    debounce_s: Annotated[Number, Field(ge=0)] = 0.2
     max_delay_s: Annotated[Number, Field(ge=0)] = 2.0
     redecide_s: Period = 30.0
     drain_margin_s: Annotated[Number, Field(ge=0)] = 30.0

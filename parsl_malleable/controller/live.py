@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+import statistics
 import threading
 import time
 import uuid
@@ -42,6 +43,7 @@ from parsl_malleable.controller.agents import AgentLink, AgentServer
 from parsl_malleable.controller.blocks import BlockDiff, BlockSource, ProviderBlocks, block_key
 from parsl_malleable.controller.core import ControllerCore, CoreSettings
 from parsl_malleable.controller.model import DrainRanks, JobSpec, StartRanks
+from parsl_malleable.controller.phases import BlockPhase, EpochReader, MemberPlace, PhaseLog
 from parsl_malleable.elastic.coordinator import Coordinator
 from parsl_malleable.errors import ConfigError
 from parsl_malleable.inputs import safe_name
@@ -49,6 +51,8 @@ from parsl_malleable.inputs import safe_name
 logger = logging.getLogger(__name__)
 
 _ATTRIBUTE = "_malleable_controller"
+# The start-up told to the provider is the median of this many latest nodes.
+STARTUP_WINDOW = 20
 
 
 class _JobOptions(Protocol):
@@ -102,6 +106,7 @@ class Controller:
         agent_start_timeout_s: float = 120.0,
         agent_idle_s: float = 10.0,
         max_agent_failures: int = 3,
+        warm_agents: bool = True,
         clock: Callable[[], float] = time.time,
     ) -> None:
         safe_name(executor.label, "executor label")  # in thread, log and file names
@@ -113,6 +118,7 @@ class Controller:
         self.agent_start_timeout_s = agent_start_timeout_s
         self.agent_idle_s = agent_idle_s
         self.max_agent_failures = max_agent_failures
+        self.warm_agents = warm_agents
         self.clock = clock
         if source is None and hasattr(executor.provider, "blocks"):
             source = ProviderBlocks(executor.provider)
@@ -132,6 +138,10 @@ class Controller:
         self._held_managers: set[str] = set()
         self._agent_failures = 0
         self._idle_since: dict[str, float] = {}
+        self.phases = PhaseLog()
+        self._places: dict[str, MemberPlace] = {}  # member id -> where its rank runs
+        self._readers: dict[str, EpochReader] = {}  # job -> its coordinator events, read so far
+        self._first_steps = 0  # nodes that reached a first step, when last counted
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -284,6 +294,7 @@ class Controller:
             peers = self._node_links(node_id)
             if len(peers) >= link.local_size and all(p.job is None for p in peers):
                 self.core.node_ready(node_id, key, now, name=link.node_name)
+                self.phases.record(key, BlockPhase.WORKER, now, link.node_name)
         self._wake.set()
         return link
 
@@ -340,6 +351,7 @@ class Controller:
             self._collect_agents()
             self._sync_blocks(now)
             self._feed_measurements()
+            self._read_phases(now)
             self._end_jobs(now)
             for action in self.core.step(now):
                 if isinstance(action, StartRanks):
@@ -384,7 +396,16 @@ class Controller:
         views = self.source.blocks()
         for view in views:
             self._seen_blocks[view.key] = view.parsl_block
-        self._blocks.apply(views, self.core, now)
+            if view.submitted_at is not None:
+                self.phases.record(view.key, BlockPhase.SUBMITTED, view.submitted_at)
+            if view.started_at is not None:
+                # Slurm gives whole seconds: a start in the second of the submission is not
+                # before it.
+                started = max(view.started_at, view.submitted_at or view.started_at)
+                self.phases.record(view.key, BlockPhase.RUNNING, started)
+        for key in self._blocks.apply(views, self.core, now):
+            ended_at = getattr(self.source, "ended_at", None)
+            self.phases.record(key, BlockPhase.ENDED, (ended_at and ended_at(key)) or now)
         for key in [k for k in self._seen_blocks if k not in self.core.blocks]:
             del self._seen_blocks[key]
         leaving = {
@@ -429,6 +450,31 @@ class Controller:
             for kind, seconds in pauses:
                 self.core.report_rescale(name, kind, seconds)
 
+    def _read_phases(self, now: float) -> None:
+        """Turn the coordinators' new events into phase events and training time."""
+        for name, job in self._jobs.items():
+            reader = self._readers.get(name)
+            if reader is None:
+                reader = self._readers[name] = EpochReader(name, self.phases, self._places)
+            reader.feed(job.coordinator.events_since(reader.fed))
+            reader.flush(now)
+        stepped = self.phases.first_steps()
+        if stepped != self._first_steps:
+            self._first_steps = stepped
+            self._tell_startup()
+
+    def _tell_startup(self) -> None:
+        """Give the provider the measured start-up (median block submitted -> first step of
+        the last ``STARTUP_WINDOW`` nodes), which sizes its blocks (``min_block_s: auto``)."""
+        recent = [
+            s.first_step - s.submitted
+            for s in self.phases.startups()[-STARTUP_WINDOW:]
+            if s.submitted is not None
+        ]
+        provider = self.executor.provider
+        if recent and provider is not None and hasattr(provider, "startup_s"):
+            provider.startup_s = statistics.median(recent)
+
     def _end_jobs(self, now: float) -> None:
         for name, job in list(self._jobs.items()):
             outcome = job.coordinator.outcome
@@ -441,6 +487,11 @@ class Controller:
                 if not any(lk.job == name for lk in self._links.values()):
                     job.coordinator.close()
                     self._ended[name] = self._jobs.pop(name)
+                    reader = self._readers.pop(name, None)
+                    if reader is not None:
+                        reader.feed(job.coordinator.events_since(reader.fed))
+                    for member in [m for m, p in self._places.items() if p.job == name]:
+                        del self._places[member]
 
     def _finish_without_rank0(self, name: str, job: ControlledJob) -> None:
         """Training finished, yet no agent brought rank 0's value: fail if the training function
@@ -493,6 +544,7 @@ class Controller:
         host, port = job.coordinator.address
         for lk in links:
             lk.job, lk.member = action.job, uuid.uuid4().hex[:12]
+            self._places[lk.member] = MemberPlace(lk.block_key, lk.node_name, action.job)
             self._agent_job[lk.agent_id] = action.job
             lk.orders.put(
                 {
@@ -580,7 +632,9 @@ class Controller:
         if address is None:
             return
         for _ in range(count):
-            spec = AgentSpec(self.host, int(address[1]), self._token, uuid.uuid4().hex[:12])
+            spec = AgentSpec(
+                self.host, int(address[1]), self._token, uuid.uuid4().hex[:12], self.warm_agents
+            )
             future = self._agent_app(spec, catalogue)
             with self._lock:
                 self._agents[spec.agent_id] = (future, time.monotonic())

@@ -38,9 +38,12 @@ def harvest_windows(
     predictor: WindowPredictor,
     *,
     exclude: Collection[str] = (),
+    min_block_s: float | None = None,
 ) -> list[Window]:
     """Windows of the idle nodes of ``profile.partition``, grouped, at most a block long;
-    nodes in ``exclude`` (already promised to a block of ours) are left out."""
+    nodes in ``exclude`` (already promised to a block of ours) are left out, and windows
+    shorter than ``min_block_s`` (default: the profile's floor) plus the margin."""
+    shortest = profile.block_floor_s(profile.startup_s) if min_block_s is None else min_block_s
     snap = without_our_pending(snapshot)
     nw = predictor.node_windows(snap)
     if not nw.names:
@@ -75,7 +78,7 @@ def harvest_windows(
         samples,
         nw.now,
         abs_tol=profile.group_tolerance_s,
-        min_length=profile.min_block_s + profile.safety_margin_s,
+        min_length=shortest + profile.safety_margin_s,
     )
 
 
@@ -86,18 +89,21 @@ def plan_blocks(
     predictor: WindowPredictor,
     *,
     windows: list[Window] | None = None,
+    min_block_s: float | None = None,
 ) -> list[BlockRequest]:
     """Blocks (nodes, walltime, node ids) for up to ``demand_nodes`` nodes, longest windows
-    first; blocks smaller than ``profile.min_nodes_per_block`` are dropped."""
+    first; blocks smaller than ``profile.min_nodes_per_block`` or shorter than ``min_block_s``
+    (default: the profile's floor) are dropped."""
     if demand_nodes <= 0:
         return []
+    shortest = profile.block_floor_s(profile.startup_s) if min_block_s is None else min_block_s
     if windows is None:
-        windows = harvest_windows(snapshot, profile, predictor)
+        windows = harvest_windows(snapshot, profile, predictor, min_block_s=shortest)
     node_windows = [NodeWindow.ending_at(w.nodes, w.end, snapshot.now) for w in windows]
     requests = size_blocks_for_demand(
         demand_nodes,
         node_windows,
-        min_useful_s=profile.min_block_s,
+        min_useful_s=shortest,
         safety_margin_s=profile.safety_margin_s,
         granularity_s=profile.granularity_s,
         max_nodes_per_block=profile.max_nodes_per_block,

@@ -9,9 +9,10 @@ the key, because a typo in a harvesting profile silently changes what a site len
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -24,6 +25,11 @@ from parsl_malleable.schedulers.emulated_settings import EmulatedSettings
 SHIPPED_PROFILES = Path(__file__).resolve().parents[1] / "site_profiles"
 REPO_PROFILES = Path(__file__).resolve().parents[2] / "providers"
 PROFILE_PATH_ENV = "PM_PROVIDER_PROFILES"
+# ``min_block_s: auto``: a block lasts at least this many start-ups, so that it trains at least
+# 1 - 1/AUTO_STARTUPS of its walltime.
+AUTO_STARTUPS = 4
+# The start-up ``auto`` assumes, by default, until the controller has measured one.
+DEFAULT_STARTUP_S = 30.0
 
 
 class SiteProfile(BaseModel):
@@ -49,7 +55,21 @@ class SiteProfile(BaseModel):
         30.0, gt=0, description="cancel a block still pending after this"
     )
     start_tolerance_s: float = Field(10.0, ge=0, description="'starts now' means within this")
-    min_block_s: float = Field(120.0, gt=0, description="shortest walltime worth a block")
+    min_block_s: Annotated[float, Field(gt=0)] | Literal["auto"] = Field(
+        120.0,
+        description=(
+            "shortest walltime worth a block; auto: AUTO_STARTUPS times the measured start-up "
+            "(a block then trains at least 3/4 of its walltime)"
+        ),
+    )
+    startup_s: float = Field(
+        DEFAULT_STARTUP_S,
+        gt=0,
+        description=(
+            "node idle -> first training step assumed by min_block_s: auto until the "
+            "controller has measured it"
+        ),
+    )
     max_walltime_s: float = Field(4 * 3600.0, gt=0, description="longest block walltime")
     granularity_s: float = Field(60.0, gt=0, description="the scheduler's walltime unit")
     max_nodes: int = Field(16, ge=0, description="cap on harvested nodes, all blocks together")
@@ -78,8 +98,9 @@ class SiteProfile(BaseModel):
         None,
         gt=0,
         description=(
-            "polling mode on Slurm: between polls, one squeue this often; a native arrival or "
-            "end seen there starts a poll at once (None: only the polls)"
+            "Slurm, either mode: between polls, one squeue this often; a native arrival or end "
+            "seen there starts a poll at once, so a freed node is filled within about this "
+            "long (None: only the polls)"
         ),
     )
     heartbeat_timeout_s: float = Field(
@@ -113,6 +134,15 @@ class SiteProfile(BaseModel):
         """Ranks per node: ``ranks_per_node``, else one per GPU, else 1."""
         return self.ranks_per_node or max(1, self.gpus_per_node)
 
+    def block_floor_s(self, startup_s: float) -> float:
+        """The shortest walltime worth a block: ``min_block_s``, or with ``auto``
+        ``AUTO_STARTUPS`` x ``startup_s`` (node idle -> first training step, as measured),
+        rounded up to ``granularity_s`` and at most ``max_walltime_s``."""
+        if self.min_block_s != "auto":
+            return self.min_block_s
+        floor = math.ceil(AUTO_STARTUPS * startup_s / self.granularity_s) * self.granularity_s
+        return min(self.max_walltime_s, max(self.granularity_s, floor))
+
     @model_validator(mode="after")
     def _consistent(self) -> SiteProfile:
         if self.min_nodes_per_block > self.max_nodes_per_block:
@@ -125,7 +155,7 @@ class SiteProfile(BaseModel):
                 f"yield_grace_s ({self.yield_grace_s:g}) must be shorter than poll_interval_s "
                 f"({self.poll_interval_s:g}): a yield has to finish within one poll"
             )
-        if self.min_block_s > self.max_walltime_s:
+        if self.min_block_s != "auto" and self.min_block_s > self.max_walltime_s:
             raise ValueError(
                 f"min_block_s ({self.min_block_s:g}) > max_walltime_s ({self.max_walltime_s:g})"
             )

@@ -21,6 +21,6 @@ def test_profile_loads_by_name(path: Path) -> None:
     profile = load_profile(path.stem)
     assert profile.name == path.stem
     assert profile.yield_grace_s < profile.poll_interval_s
-    assert profile.min_block_s <= profile.max_walltime_s
+    assert profile.block_floor_s(profile.startup_s) <= profile.max_walltime_s
     if profile.scheduler == "pbs":
         assert profile.queue, "a PBS profile names the queue its blocks go to"

@@ -186,10 +186,10 @@ def test_preemption_mode_a_native_job_gets_block_nodes_without_a_poll(
     natives: Natives, providers: Make
 ) -> None:
     provider = providers(profile="slurm-preempt", autostart=False)
-    for i in range(3):
+    for i in range(6):
         provider.submit("sleep 600", 1, f"parsl.htex.block-{i}")
-    _running_block(provider, 3)
-    assert sum(len(b.nodes) for b in provider.blocks()) == 6  # the whole machine
+    _running_block(provider, 6)
+    assert sum(len(b.nodes) for b in provider.blocks()) == 6  # the whole machine, a block a node
     victims = {b.job_id for b in provider.blocks()}
     polls = provider.polls
     native = natives.submit("-N2", "-t", "2", "--wrap", "sleep 30")
