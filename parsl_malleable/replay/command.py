@@ -12,6 +12,7 @@ from rich.table import Table
 
 from parsl_malleable.errors import MalleableError
 from parsl_malleable.inputs import FiniteFloat
+from parsl_malleable.replay.calibration import apply_calibration, load_calibration
 from parsl_malleable.replay.engine import replay as run_replay
 from parsl_malleable.replay.policies import POLICIES, make_policy
 from parsl_malleable.replay.result import ReplayResult
@@ -125,6 +126,13 @@ def write_results(results: list[ReplayResult], out: Path) -> list[Path]:
     "default: every submitted job is a candidate and the allocator decides how many run.",
 )
 @click.option("--t-fwd", type=FiniteFloat(gt=0), default=600.0, show_default=True)
+@click.option(
+    "--calibration",
+    "calibration_path",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Costs measured on the real runtime (benchmarks/bench_block_start.py writes them): "
+    "nodes train that long after they go idle, rescales pause as measured (docs/replay.md).",
+)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), help="Write CSVs here.")
 def replay(
@@ -138,6 +146,7 @@ def replay(
     objective: str,
     max_jobs: int | None,
     t_fwd: float,
+    calibration_path: Path | None,
     seed: int,
     out: Path | None,
 ) -> None:
@@ -151,6 +160,8 @@ def replay(
         else:
             timeline = summit_timeline(nodes, days)
         work = workload_jobs(workload, timeline, jobs, keep_submits=not (demo or days or nodes))
+        if calibration_path is not None:
+            timeline, work = apply_calibration(timeline, work, load_calibration(calibration_path))
         results = []
         for name in policies or DEMO_POLICIES:
             with console.status(f"replaying {name} ..."):
