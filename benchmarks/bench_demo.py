@@ -7,7 +7,8 @@ the native workload (offered load 0.001, so no native job runs in the time it ta
 what the campaign would get if the machine were its own. Printed per run: wall time of the
 command, time to result of the whole campaign (its last job's end), the lowest test accuracy,
 node-hours used by training, rescales, blocks yielded and reclaimed, and the harvest fraction
-(harvested / (harvested + idle) node-seconds).
+(harvested / (harvested + idle) node-seconds) and the training fraction (node-seconds with a
+job's ranks / harvested node-seconds, from the campaign's site samples).
 
     python benchmarks/bench_demo.py [--campaign configs/demo.yaml]
 """
@@ -52,12 +53,13 @@ def run(campaign: Path, output: Path) -> dict[str, float | str]:
         raise SystemExit(f"{campaign} failed ({done.returncode}):\n{done.stderr[-3000:]}")
     table = pd.read_csv(output / "results.csv")
     log = (output / "campaign.log").read_text()
-    from parsl_malleable.campaign.results import harvest_fraction
+    from parsl_malleable.campaign.results import harvest_fraction, training_fraction
     from parsl_malleable.campaign.store import CampaignStore
 
     store = CampaignStore(output, read_only=True)
     try:
         fraction = harvest_fraction(store)
+        training = training_fraction(store)
         reclaims = store.meta("run1_reclaims")
     finally:
         store.close()
@@ -71,6 +73,7 @@ def run(campaign: Path, output: Path) -> dict[str, float | str]:
         "yields": log.count(" yields: a queued job"),
         "reclaims": int(reclaims) if reclaims else 0,
         "harvest_fraction": fraction if fraction is not None else float("nan"),
+        "training_fraction": training if training is not None else float("nan"),
     }
 
 
@@ -97,14 +100,16 @@ def main() -> None:
     print(f"campaign {args.campaign.name}, {os.cpu_count()} cores")
     header = (
         f"{'run':28s} {'wall s':>7s} {'result s':>8s} {'min acc':>7s} {'jobs':>4s} "
-        f"{'node-h':>6s} {'resc':>4s} {'yield':>5s} {'reclm':>5s} {'harvest':>7s}"
+        f"{'node-h':>6s} {'resc':>4s} {'yield':>5s} {'reclm':>5s} {'harvest':>7s} "
+        f"{'training':>8s}"
     )
     print(header)
     for name, r in results.items():
         print(
             f"{name:28s} {r['wall_s']:7.1f} {r['time_to_result_s']:8.1f} "
             f"{r['min_accuracy']:7.3f} {r['jobs_done']:4d} {r['node_hours']:6.3f} "
-            f"{r['rescales']:4d} {r['yields']:5d} {r['reclaims']:5d} {r['harvest_fraction']:7.0%}"
+            f"{r['rescales']:4d} {r['yields']:5d} {r['reclaims']:5d} {r['harvest_fraction']:7.0%} "
+            f"{r['training_fraction']:8.0%}"
         )
     ratio = (
         results["dedicated (no native load)"]["time_to_result_s"]

@@ -86,6 +86,21 @@ def harvest_fraction(store: CampaignStore) -> float | None:
     return harvested / total if total > 0 else None
 
 
+def training_fraction(store: CampaignStore) -> float | None:
+    """Training / harvested node-seconds over every sample of every run: how much of the
+    node-time held in blocks had a job's ranks on it (start-up, drains and nodes no job
+    wanted are the rest)."""
+    samples = store.site_samples()
+    harvested = training = 0.0
+    for a, b in pairwise(samples):
+        if a[1] != b[1]:
+            continue
+        dt = b[0] - a[0]
+        harvested += a[4] * dt
+        training += a[5] * dt
+    return training / harvested if harvested > 0 else None
+
+
 def write_results(store: CampaignStore, output: Path) -> list[Path]:
     """Write the table and the pictures into ``output``; the paths written."""
     frame = results_frame(store)

@@ -185,14 +185,16 @@ class CampaignRunner:
             strategy_period=1,
         )
         policy = self.campaign.policy
+        margin = self.profile.drain_margin_s
         settings = CoreSettings(
+            **({} if margin is None else {"drain_margin_s": margin}),
             policy=PolicySettings(
                 objective=policy.objective,
                 solver=policy.solver,
                 time_limit_s=policy.time_limit_s,
                 explore_kappa=policy.explore_kappa,
                 profiler=policy.profiler,
-            )
+            ),
         )
         try:
             with parsl.load(config):

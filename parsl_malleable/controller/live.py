@@ -112,7 +112,7 @@ class Controller:
         safe_name(executor.label, "executor label")  # in thread, log and file names
         self.executor = executor
         self.host = host or controller_address(executor)
-        self.core = ControllerCore(settings)
+        self.core = ControllerCore(settings or site_settings(executor.provider))
         self.ranks_per_node = workers_per_node(executor)
         self.tick_s = tick_s
         self.agent_start_timeout_s = agent_start_timeout_s
@@ -640,6 +640,12 @@ class Controller:
                 self._agents[spec.agent_id] = (future, time.monotonic())
 
 
+def site_settings(provider: object) -> CoreSettings:
+    """Default settings, with the drain margin of the provider's site profile if it has one."""
+    margin = getattr(getattr(provider, "profile", None), "drain_margin_s", None)
+    return CoreSettings() if margin is None else CoreSettings(drain_margin_s=margin)
+
+
 def controller_for(executor: HighThroughputExecutor) -> Controller:
     """The controller of ``executor``, made with default settings on first use."""
     controller = getattr(executor, _ATTRIBUTE, None)
@@ -671,5 +677,6 @@ __all__ = [
     "configure",
     "controller_address",
     "controller_for",
+    "site_settings",
     "workers_per_node",
 ]

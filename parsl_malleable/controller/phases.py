@@ -228,17 +228,21 @@ class EpochReader:
 
 def rescale_pauses(epochs: Iterable[Mapping[str, Any]]) -> list[tuple[str, float]]:
     """``(kind, seconds)`` for each epoch after the first of one job's coordinator history:
-    how long the whole group stood still, from the epoch's forming to its first step; ``up``
-    when it has more ranks than the one before, ``down`` when fewer (same size: ``swap``)."""
+    how long the job stood still, from the previous epoch's last step (``progress_at``; its
+    forming if unknown) to this one's first; ``up`` when it has more ranks than the one before,
+    ``down`` when fewer (same size: ``swap``)."""
     pauses = []
-    previous: int | None = None
+    previous: Mapping[str, Any] | None = None
     for epoch in epochs:
-        size = int(epoch["world_size"])
-        formed, resumed = epoch.get("formed_at"), epoch.get("resumed_at")
-        if previous is not None and formed is not None and resumed is not None:
-            kind = "up" if size > previous else "down" if size < previous else "swap"
-            pauses.append((kind, float(resumed) - float(formed)))
-        previous = size
+        resumed = epoch.get("resumed_at")
+        if previous is not None and resumed is not None:
+            since = previous.get("progress_at") or epoch.get("formed_at")
+            size, before = int(epoch["world_size"]), int(previous["world_size"])
+            kind = "up" if size > before else "down" if size < before else "swap"
+            if since is not None:
+                pauses.append((kind, float(resumed) - float(since)))
+        if resumed is not None:
+            previous = epoch
     return pauses
 
 

@@ -264,6 +264,7 @@ class Coordinator:
                     "resumed_at": e.resumed_at,
                     "start_step": e.start_step,
                     "last_step": e.last_step,
+                    "progress_at": e.progress_at,
                 }
                 for e in self._epochs
             ]

@@ -70,6 +70,14 @@ class SiteProfile(BaseModel):
             "controller has measured it"
         ),
     )
+    drain_margin_s: float | None = Field(
+        None,
+        ge=0,
+        description=(
+            "ranks leave a block this long before its walltime (time to commit and write the "
+            "last checkpoint on this site); None: the controller's default, 30 s"
+        ),
+    )
     max_walltime_s: float = Field(4 * 3600.0, gt=0, description="longest block walltime")
     granularity_s: float = Field(60.0, gt=0, description="the scheduler's walltime unit")
     max_nodes: int = Field(16, ge=0, description="cap on harvested nodes, all blocks together")

@@ -8,8 +8,9 @@ and each membership change then pauses the whole job for a rendezvous (``scale_u
 gains ranks, ``scale_down_s`` when it loses them). ``benchmarks/bench_block_start.py`` measures
 all three on the local Slurm cluster and writes them as JSON; ``parsl-malleable replay
 --calibration FILE`` (and :func:`apply_calibration`) replays with them: every idle interval
-starts ``node_start_s`` late (shorter ones are dropped: a block there never trains) and every
-job's pauses are the measured ones.
+starts ``node_start_s`` late (shorter ones are dropped: a block there never trains; one open
+when the timeline starts was idle before it and is kept as it is) and every job's pauses are
+the measured ones.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import json
 from pathlib import Path
 from typing import Annotated
 
+import numpy as np
 from pydantic import Field, StrictStr
 
 from parsl_malleable.errors import ConfigError
@@ -65,11 +67,14 @@ def apply_calibration(
     timeline: IdleTimeline, jobs: list[ReplayJob], calibration: Calibration
 ) -> tuple[IdleTimeline, list[ReplayJob]]:
     """The timeline as the runtime can use it (each idle interval from ``node_start_s`` after
-    it opens) and the jobs with the measured pauses."""
+    it opens; one already open at the timeline's start as it is) and the jobs with the
+    measured pauses."""
+    # An interval open at the timeline's start was idle before it: its block started earlier.
+    opening = timeline.start > timeline.t0
     late = IdleTimeline.build(
         timeline.names,
         timeline.node,
-        timeline.start + calibration.node_start_s,
+        np.where(opening, timeline.start + calibration.node_start_s, timeline.start),
         timeline.end,
         timeline.source + f" (nodes start {calibration.node_start_s:.1f} s late)",
         timeline.t0,

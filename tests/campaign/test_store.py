@@ -7,7 +7,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from parsl_malleable.campaign.results import harvest_fraction, results_frame, write_results
+from parsl_malleable.campaign.results import (
+    harvest_fraction,
+    results_frame,
+    training_fraction,
+    write_results,
+)
 from parsl_malleable.campaign.sample import job_sample, site_counts
 from parsl_malleable.campaign.store import CampaignStore
 from parsl_malleable.snapshot import Node, NodeState, RunningJob, Snapshot
@@ -56,6 +61,17 @@ def test_harvest_fraction_skips_the_gap_between_runs(tmp_path: Path) -> None:
         store.record(t, run, 1.0, {}, {**site, "harvested": harvested, "idle": idle})
     # run 1: 30 harvested, 10 idle node-s; run 2: 40 idle; the 990 s between runs count for none
     assert harvest_fraction(store) == pytest.approx(30 / 80)
+
+
+def test_training_fraction_counts_harvested_node_time_with_ranks(tmp_path: Path) -> None:
+    store = CampaignStore(tmp_path)
+    assert training_fraction(store) is None
+    rows = [(0, 1, 3, 2), (10, 1, 3, 3), (20, 1, 3, 3), (1000, 2, 2, 0), (1010, 2, 2, 0)]
+    for t, run, harvested, training in rows:
+        site = {"total": 4, "native": 0, "idle": 4 - harvested}
+        store.record(t, run, 1.0, {}, {**site, "harvested": harvested, "training": training})
+    # run 1: 60 harvested node-s, 20 + 30 training; run 2: 20 harvested, none training
+    assert training_fraction(store) == pytest.approx(50 / 80)
 
 
 def test_results_table_and_pictures(tmp_path: Path) -> None:

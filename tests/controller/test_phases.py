@@ -113,12 +113,17 @@ def test_startups_give_each_phase_gap_per_node() -> None:
 
 def test_rescale_pauses_from_epochs() -> None:
     epochs = [
-        {"world_size": 1, "formed_at": 9.0, "resumed_at": 10.0},
-        {"world_size": 2, "formed_at": 20.0, "resumed_at": 20.4},
-        {"world_size": 1, "formed_at": 30.0, "resumed_at": 30.2},
+        {"world_size": 1, "formed_at": 9.0, "resumed_at": 10.0, "progress_at": 19.8},
+        {"world_size": 2, "formed_at": 20.0, "resumed_at": 20.4, "progress_at": 29.9},
+        {"world_size": 1, "formed_at": 30.0, "resumed_at": 30.2, "progress_at": None},
         {"world_size": 1, "formed_at": 40.0, "resumed_at": None},  # never resumed: no pause
+        {"world_size": 2, "formed_at": 41.0, "resumed_at": 41.5},
     ]
-    assert rescale_pauses(epochs) == [("up", pytest.approx(0.4)), ("down", pytest.approx(0.2))]
+    assert rescale_pauses(epochs) == [
+        ("up", pytest.approx(0.6)),  # from the last step at 19.8 s
+        ("down", pytest.approx(0.3)),
+        ("up", pytest.approx(0.5)),  # the last step before is unknown: from the forming
+    ]
 
 
 def test_percentile() -> None:

@@ -46,11 +46,13 @@ def test_bad_files_name_the_file_and_the_problem(tmp_path: Path, text: str, mess
 
 
 def test_nodes_train_late_and_pause_as_measured() -> None:
-    # Node 0 idle 0-5000 s, node 1 idle 0-200 s and 300-305 s (too short once started late).
-    tl = timeline([(0, 0.0, 5000.0), (1, 0.0, 200.0), (1, 300.0, 305.0)])
-    late, jobs = apply_calibration(tl, [job()], Calibration(7.0, 0.5, 0.25))
-    assert list(late.start) == [7.0, 7.0]
-    assert list(late.end) == [5000.0, 200.0]
+    # Node 0 idle 1-5000 s, node 1 idle 1-200 s and 300-305 s (too short once started late),
+    # node 2 idle from before the timeline's start (0 s) to 10 s: kept as it is.
+    tl = timeline([(0, 1.0, 5000.0), (1, 1.0, 200.0), (1, 300.0, 305.0), (2, 0.0, 10.0)])
+    late, jobs = apply_calibration(tl, [job()], Calibration(6.0, 0.5, 0.25))
+    assert list(late.start) == [7.0, 7.0, 0.0]
+    assert list(late.end) == [5000.0, 200.0, 10.0]
+    late = late.first_nodes(2)
     assert (jobs[0].scale_up_s, jobs[0].scale_down_s) == (0.5, 0.25)
     (outcome,) = Replay(late, jobs, make_policy("freetrain")).run().jobs
     # 7 s late, a 0.5 s pause, 20/s to 200 s (3,850), 0.25 s pause, then 10/s: 6,150 left.

@@ -1,0 +1,26 @@
+"""A site profile's drain margin reaches the controller when no settings are given."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from parsl_malleable.controller.live import site_settings
+from parsl_malleable.harvest.profile import load_profile
+
+
+def test_the_profile_margin_is_used_and_the_default_otherwise() -> None:
+    emulated = SimpleNamespace(profile=load_profile("emulated"))
+    assert site_settings(emulated).drain_margin_s == 2.0
+    plain = SimpleNamespace(profile=load_profile("example-slurm"))
+    assert plain.profile.drain_margin_s is None
+    assert site_settings(plain).drain_margin_s == 30.0
+    assert site_settings(None).drain_margin_s == 30.0  # a LocalProvider has no profile
+
+
+def test_min_block_auto_follows_the_measured_start_up() -> None:
+    profile = load_profile("local-slurm")
+    assert profile.min_block_s == "auto"
+    assert profile.block_floor_s(profile.startup_s) == 120.0  # 4 x 30 s assumed
+    assert profile.block_floor_s(7.0) == 60.0  # 28 s, rounded up to the 60 s grain
+    assert profile.block_floor_s(100.0) == 420.0
+    assert profile.block_floor_s(10_000.0) == profile.max_walltime_s
