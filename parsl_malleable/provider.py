@@ -505,11 +505,15 @@ class BackfillProvider(ExecutionProvider, RepresentationMixin):
             job_id: f"its node is out of service ({why})"
             for job_id, why in blocks_on_unavailable_nodes(snap, set(live)).items()
         }
-        # In preemption mode Slurm takes nodes back itself; a yield of ours only gives the
-        # ranks notice of a native start the queue already plans within the next poll.
+        # In preemption mode Slurm takes a block back for a native job itself, and chooses
+        # which. A yield of ours for a queued native job guessed the block from a plan that
+        # does not know the job's node constraints, and cancelled a block Slurm then did not
+        # need (measured by benchmarks/bench_block_start.py): the ranks get Slurm's SIGTERM as
+        # their notice instead. A reservation is still ours to yield to, within the next poll.
+        preempting = self.profile.preemption != "none"
         soon = (
             snap.now + self.profile.poll_interval_s + self.profile.yield_grace_s
-            if self.profile.preemption != "none"
+            if preempting
             else math.inf
         )
         for job_id, when in blocks_in_the_way(snap, deadlines).items():
@@ -522,7 +526,7 @@ class BackfillProvider(ExecutionProvider, RepresentationMixin):
                     f"reservation {res.name} takes its nodes at {res.start:.0f}, "
                     f"before its end at {deadlines[job_id]:.0f}"
                 )
-            else:
+            elif not preempting:
                 reasons[job_id] = (
                     f"a queued job could use its nodes at {when:.0f}, "
                     f"before its end at {deadlines[job_id]:.0f}"

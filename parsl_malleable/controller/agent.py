@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import socket
 import threading
 import time
@@ -155,6 +156,12 @@ def bind_device(local_rank: int) -> str:
     return f"cuda:{index}"
 
 
+def end_process() -> None:
+    """End this worker process as SIGTERM would have before the rank caught it."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
 def run_agent(spec: AgentSpec, catalogue: dict[str, JobPayload]) -> AgentExit:
     """Body of an agent task: connect, then run ordered ranks until told to stop."""
     here = where_am_i()
@@ -200,6 +207,15 @@ def run_agent(spec: AgentSpec, catalogue: dict[str, JobPayload]) -> AgentExit:
             if outcome.status == "finished" and outcome.rank == 0:
                 # The result may be any Python object: it goes back through Parsl, not JSON.
                 return AgentExit(spec.agent_id, "finished", job=job, outcome=outcome)
+            if outcome.terminated:
+                # The node is being taken (Slurm's preemption notice): the rank left at a
+                # commit; now the process must end too, or the block outlives its notice until
+                # the scheduler's kill and the native job waits that long. The report lets the
+                # controller stop sending work to this worker pool.
+                client.request(
+                    "done", agent=spec.agent_id, job=job, status="terminated", reason="SIGTERM"
+                )
+                end_process()
             order = client.request(
                 "done", agent=spec.agent_id, job=job, status=outcome.status, reason=outcome.reason
             )

@@ -2,7 +2,8 @@
 
 An agent's first message (``hello``) says where it runs; the reply is its first order. After
 that each message is a report (``done``: the ranks it ran have ended) and each reply the next
-order. Orders wait in the agent's queue until the controller puts one there. A connection
+order (``terminated``: the agent's process got SIGTERM and ends; the reply is ``exit``). Orders
+wait in the agent's queue until the controller puts one there. A connection
 first answers the same challenge as the coordinator's
 (:func:`~parsl_malleable.elastic.wire.challenge`: HMAC-SHA256 of a fresh nonce with the
 controller's secret, which never crosses this link); one that has not said ``hello`` within
@@ -27,6 +28,8 @@ from parsl_malleable.elastic.wire import LineReader, challenge, send_message
 logger = logging.getLogger(__name__)
 
 MAX_UNAUTHENTICATED = 32
+# A report's status when the agent's process got SIGTERM and ends after this report.
+TERMINATED = "terminated"
 
 
 @dataclass
@@ -96,6 +99,10 @@ class _Handler(socketserver.BaseRequestHandler):
                 if report is None:
                     return
                 self.server.on_report(link, report)
+                if report.get("status") == TERMINATED:
+                    # Its process ends now (a preemption's notice): no order will be read.
+                    send_message(sock, {"action": "exit", "reason": "its node is being taken"})
+                    return
         except (OSError, ValueError) as exc:
             logger.debug("agent connection ended: %s", exc)
         finally:
@@ -158,4 +165,4 @@ class AgentServer(socketserver.ThreadingTCPServer):
                     sock.shutdown(socket.SHUT_RDWR)
 
 
-__all__ = ["AgentLink", "AgentServer"]
+__all__ = ["TERMINATED", "AgentLink", "AgentServer"]

@@ -39,7 +39,7 @@ from parsl_malleable.controller.agent import (
     coordinator_token,
     run_agent,
 )
-from parsl_malleable.controller.agents import AgentLink, AgentServer
+from parsl_malleable.controller.agents import TERMINATED, AgentLink, AgentServer
 from parsl_malleable.controller.blocks import BlockDiff, BlockSource, ProviderBlocks, block_key
 from parsl_malleable.controller.core import ControllerCore, CoreSettings
 from parsl_malleable.controller.model import DrainRanks, JobSpec, StartRanks
@@ -138,6 +138,7 @@ class Controller:
         self._held_managers: set[str] = set()
         self._agent_failures = 0
         self._idle_since: dict[str, float] = {}
+        self._gone_agents: set[str] = set()  # connected once, now disconnected, task unfinished
         self.phases = PhaseLog()
         self._places: dict[str, MemberPlace] = {}  # member id -> where its rank runs
         self._readers: dict[str, EpochReader] = {}  # job -> its coordinator events, read so far
@@ -308,6 +309,11 @@ class Controller:
                 logger.warning("rank of job %s failed: %s", job, report.get("reason"))
                 if job is not None:
                     self._rank_errors[job] = str(report.get("reason"))
+            if report.get("status") == TERMINATED:
+                # Its worker pool got SIGTERM (a preemption): HTEX lists the pool until its
+                # heartbeats time out, and an agent sent there meanwhile would be lost with it.
+                logger.info("node %s is being taken (its agent got SIGTERM)", link.node_name)
+                self._hold_managers({link.node_id})
             if all(p.job is None for p in self._node_links(link.node_id)):
                 self.core.ranks_left(link.node_id, now)
         self._wake.set()
@@ -315,6 +321,9 @@ class Controller:
     def _on_gone(self, link: AgentLink) -> None:
         with self._lock:
             self._links.pop(link.agent_id, None)
+            # Its task may stay unfinished for a while (HTEX notices a dead pool only when
+            # its heartbeats time out): it is not an agent on its way to a node.
+            self._gone_agents.add(link.agent_id)
             self.core.node_gone(link.node_id, self.clock())
         self._wake.set()
 
@@ -366,6 +375,7 @@ class Controller:
             if not future.done():
                 continue
             del self._agents[agent_id]
+            self._gone_agents.discard(agent_id)
             ran = self._agent_job.pop(agent_id, None)
             error = future.exception()
             if error is not None and ran is not None:
@@ -417,6 +427,16 @@ class Controller:
         # A slot's next scheduler job reuses the Parsl block id: its managers may be held anew.
         self._held_blocks &= leaving
 
+    def _hold_managers(self, manager_ids: set[str]) -> None:
+        """Put these HTEX managers on hold (no task is sent to them again)."""
+        for manager_id in manager_ids - self._held_managers:
+            try:
+                self.executor._hold_manager(manager_id)
+            except Exception as exc:
+                logger.debug("hold of manager %s: %s", manager_id, exc)
+                continue
+            self._held_managers.add(manager_id)
+
     def _hold(self, parsl_blocks: Iterable[str]) -> None:
         """Put the HTEX managers of blocks being left on hold: no task is sent there again.
 
@@ -431,15 +451,9 @@ class Controller:
         except Exception as exc:
             logger.debug("cannot list managers to hold: %s", exc)
             return
-        for manager in managers:
-            manager_id = str(manager.get("manager"))
-            if str(manager.get("block_id")) in wanted and manager_id not in self._held_managers:
-                try:
-                    self.executor._hold_manager(manager_id)
-                except Exception as exc:
-                    logger.debug("hold of manager %s: %s", manager_id, exc)
-                    continue
-                self._held_managers.add(manager_id)
+        self._hold_managers(
+            {str(m.get("manager")) for m in managers if str(m.get("block_id")) in wanted}
+        )
         self._held_blocks |= wanted
 
     def _feed_measurements(self) -> None:
@@ -599,7 +613,10 @@ class Controller:
             pending = [
                 a
                 for a, (f, t) in self._agents.items()
-                if a not in self._links and not f.done() and now - t < self.agent_start_timeout_s
+                if a not in self._links
+                and a not in self._gone_agents
+                and not f.done()
+                and now - t < self.agent_start_timeout_s
             ]
             # Agents of a node whose other rank slots have not connected yet count as coming.
             partial = sum(1 for lk in self._links.values() if lk.node_id not in self.core.nodes)

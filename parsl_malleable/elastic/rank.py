@@ -271,6 +271,11 @@ class RankContext:
             )
 
     @property
+    def terminated(self) -> bool:
+        """Whether this process got SIGTERM while the rank ran (it left at a commit)."""
+        return self._notice.startswith("signal")
+
+    @property
     def finished_rank(self) -> int | None:
         """This rank's number in the group that completed training (None if it did not)."""
         return self._finished_rank
@@ -499,7 +504,9 @@ def run_rank(
         value = fn(ctx, *args, **kwargs)
         return RankOutcome(spec.member_id, "finished", ctx.finished_rank, value)
     except RankExit as exc:
-        return RankOutcome(spec.member_id, exc.status, reason=exc.reason)
+        return RankOutcome(
+            spec.member_id, exc.status, reason=exc.reason, terminated=ctx.terminated
+        )
     except CoordinatorUnavailable as exc:
         return RankOutcome(spec.member_id, "exited", reason=str(exc))
     except BaseException as exc:

@@ -44,13 +44,16 @@ class RankSpec:
 
 @dataclass
 class RankOutcome:
-    """How a rank task ended: ``finished`` (with the return value), ``left`` or ``exited``."""
+    """How a rank task ended: ``finished`` (with the return value), ``left`` or ``exited``;
+    ``terminated`` when the rank left because its process was told to end (SIGTERM: a
+    preemption's notice), so that whoever runs it ends the process too."""
 
     member_id: str
     status: str
     rank: int | None = None
     value: Any = None
     reason: str = ""
+    terminated: bool = False
 
 
 PREPARE_ATTRIBUTE = "__malleable_prepare__"

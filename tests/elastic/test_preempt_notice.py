@@ -3,7 +3,8 @@
 Slurm preempts a block in preemption mode by sending SIGTERM to all its processes, then kills
 them after the partition's GraceTime. The rank catches the SIGTERM, tells the coordinator it is
 leaving, and the group re-forms without it at the next check: a planned change at a commit,
-with no rollback and nothing lost, instead of a dead peer. Blocks here are real Parsl HTEX
+with no rollback and nothing lost, instead of a dead peer; then its process ends (the agent
+ends it), so the block does not hold the node until the scheduler's kill. Blocks here are real Parsl HTEX
 worker pools (LocalProvider); the test signals one pool's whole process group, manager and
 worker alike, as Slurm does.
 """
@@ -18,6 +19,15 @@ import pytest
 
 from parsl_malleable.app import malleable_app
 from tests.elastic import elastic_scenario as sc
+
+
+def process_gone(pid: int) -> bool:
+    """Whether ``pid`` has exited (a zombie nobody reaped yet counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
 
 
 @pytest.mark.slow
@@ -56,7 +66,14 @@ def test_a_rank_told_by_sigterm_leaves_at_a_commit_without_rollback(tmp_path) ->
 
         # A group without it formed after the leave and went on training.
         me = target.member_id
-        left_at = next(e["time"] for e in events if e["event"] == "left" and e.get("member") == me)
+        # From its notice on (the coordinator marks it leaving, "drain"): the group may re-form
+        # before the rank's own "left" arrives.
+        left_at = next(
+            e["time"]
+            for e in events
+            if (e["event"] == "drain" and me in e.get("members", ()))
+            or (e["event"] == "left" and e.get("member") == me)
+        )
 
         def trains_without(c) -> bool:
             return any(
@@ -67,6 +84,9 @@ def test_a_rank_told_by_sigterm_leaves_at_a_commit_without_rollback(tmp_path) ->
             )
 
         assert job.coordinator.wait_for(trains_without, 90), job.coordinator.epochs()
+        # Its process ended once the rank had left, as a preempted block's must: a process
+        # that lingered until the scheduler's kill kept the native job waiting that long.
+        assert job.coordinator.wait_for(lambda _: process_gone(target.pid), 30), target.pid
         pace.unlink()
         assert job.future is not None
         result = job.future.result(timeout=240)
