@@ -113,3 +113,33 @@ def test_the_link_listens_on_the_chosen_address_only():
         assert {ip for ip, p in listening(os.getpid()) if p == port} == {host}
     finally:
         server.close()
+
+
+def test_a_terminated_agent_is_answered_exit_without_waiting_for_an_order() -> None:
+    reports: list[dict[str, Any]] = []
+    gone = threading.Event()
+
+    def hello(message: dict[str, Any]) -> AgentLink:
+        link = AgentLink("a", "pool-1", "node", "b", "0", 0, 1, frozenset({"job"}))
+        link.orders.put({"action": "run", "job": "job", "member": "m", "host": "h", "port": 1})
+        return link  # one order only: a report that waited for a second would hang
+
+    server = AgentServer(
+        ("127.0.0.1", 0),
+        SECRET,
+        hello,
+        lambda link, report: reports.append(report),
+        lambda link: gone.set(),
+        hello_timeout_s=1.0,
+    )
+    server.start()
+    try:
+        client = CoordinatorClient(*server.server_address, SECRET)
+        assert client.request("hello", agent="a", jobs=["job"])["action"] == "run"
+        reply = client.request("done", agent="a", job="job", status="terminated")
+        assert reply == {"action": "exit", "reason": "its node is being taken"}
+        assert gone.wait(10)
+        assert reports == [{"op": "done", "agent": "a", "job": "job", "status": "terminated"}]
+        client.close()
+    finally:
+        server.close()

@@ -20,6 +20,7 @@ import pytest
 from parsl.jobs.states import JobState as P
 
 from parsl_malleable.harvest.ledger import Phase
+from parsl_malleable.harvest.states import CancelReason
 from parsl_malleable.provider import BackfillProvider
 
 from .conftest import REPO, Natives, job_states, run_slurm, wait_for
@@ -201,6 +202,8 @@ def test_preemption_mode_a_native_job_gets_block_nodes_without_a_poll(
     # Seen as preempted by the site (Slurm's PreemptTime), not as failed blocks.
     assert preempted and all("preempted" in r.message for r in preempted), preempted
     assert all(r.end_state is P.TIMEOUT for r in preempted)
+    # Slurm chose which blocks go; the provider cancelled none of its own for the native job.
+    assert not any(r.cancel_reason is CancelReason.YIELD for r in provider.history())
 
 
 def test_a_refused_start_test_is_logged_once_with_slurms_words(
