@@ -504,9 +504,7 @@ def run_rank(
         value = fn(ctx, *args, **kwargs)
         return RankOutcome(spec.member_id, "finished", ctx.finished_rank, value)
     except RankExit as exc:
-        return RankOutcome(
-            spec.member_id, exc.status, reason=exc.reason, terminated=ctx.terminated
-        )
+        return RankOutcome(spec.member_id, exc.status, reason=exc.reason, terminated=ctx.terminated)
     except CoordinatorUnavailable as exc:
         return RankOutcome(spec.member_id, "exited", reason=str(exc))
     except BaseException as exc:
