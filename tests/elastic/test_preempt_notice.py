@@ -4,9 +4,9 @@ Slurm preempts a block in preemption mode by sending SIGTERM to all its processe
 them after the partition's GraceTime. The rank catches the SIGTERM, tells the coordinator it is
 leaving, and the group re-forms without it at the next check: a planned change at a commit,
 with no rollback and nothing lost, instead of a dead peer; then its process ends (the agent
-ends it), so the block does not hold the node until the scheduler's kill. Blocks here are real Parsl HTEX
-worker pools (LocalProvider); the test signals one pool's whole process group, manager and
-worker alike, as Slurm does.
+ends it), so the block does not hold the node until the scheduler's kill. Blocks here are real
+Parsl HTEX worker pools (LocalProvider); the test signals one pool's whole process group,
+manager and worker alike, as Slurm does.
 """
 
 from __future__ import annotations
