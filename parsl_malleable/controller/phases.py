@@ -74,6 +74,7 @@ class PhaseLog:
         self._lock = threading.Lock()
         self._events: dict[tuple[str, BlockPhase, str], PhaseEvent] = {}
         self._training: dict[tuple[str, str], float] = {}  # (block, node) -> seconds
+        self._first_steps = 0  # FIRST_STEP events kept (read every controller tick)
 
     def record(
         self, block: str, phase: BlockPhase, time: float, node: str = "", job: str = ""
@@ -85,6 +86,7 @@ class PhaseLog:
             old = self._events.get(key)
             if old is not None and (phase is not BlockPhase.LAST_STEP or old.time >= time):
                 return False
+            self._first_steps += old is None and phase is BlockPhase.FIRST_STEP
             self._events[key] = PhaseEvent(block, phase, time, key[2], job)
             if len(self._events) > self.limit:
                 self._drop_oldest_block()
@@ -134,11 +136,12 @@ class PhaseLog:
     def first_steps(self) -> int:
         """How many nodes have reached a first step (cheap: to notice a new one)."""
         with self._lock:
-            return sum(1 for key in self._events if key[1] is BlockPhase.FIRST_STEP)
+            return self._first_steps
 
     def _drop_oldest_block(self) -> None:
         first = min(self._events.values(), key=lambda e: e.time).block
         for key in [k for k in self._events if k[0] == first]:
+            self._first_steps -= key[1] is BlockPhase.FIRST_STEP
             del self._events[key]
         for pair in [k for k in self._training if k[0] == first]:
             del self._training[pair]

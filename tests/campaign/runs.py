@@ -19,9 +19,10 @@ RUN_ENV = "PM_CAMPAIGN_RUN"
 EPOCHS = 10
 
 
-def small_demo(tmp: Path, *, site: str | None = None, step_delay_s: float = 0.03) -> Path:
+def small_demo(tmp: Path, *, site: str | None = None, step_delay_s: float = 0.045) -> Path:
     """configs/demo.yaml at a smaller size: two sweep points and the deep job, fewer epochs,
-    checkpoints every 10 commits; written into ``tmp``."""
+    checkpoints every 10 commits; written into ``tmp``. Steps are paced so that the campaign
+    outlasts the natives' first 40 s (at 0.03 s a step it ended before any block had to go)."""
     data = yaml.safe_load((REPO / "configs" / "demo.yaml").read_text())
     data["python_path"] = [str(REPO)]
     data["output"] = None

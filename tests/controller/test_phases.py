@@ -100,6 +100,7 @@ def test_startups_give_each_phase_gap_per_node() -> None:
     log.record("1/41", BlockPhase.FIRST_STEP, 105.6, node="n1")
     log.record("1/41", BlockPhase.WORKER, 104.0, node="n2")  # not trained yet: no row
     (row,) = log.startups()
+    assert log.first_steps() == 1
     assert row.node == "n1"
     assert row.gaps() == pytest.approx(
         {
