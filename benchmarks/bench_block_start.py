@@ -25,8 +25,9 @@ own module (main imported the whole controller package with them: about 2 s more
 runs each variant a second time with one CPU-bound process beside it.
 
 Run: ``python benchmarks/bench_block_start.py [--cycles 8] [--load] [--out F]`` (about 3
-minutes per variant). ``--calibration F`` writes the replay's calibration file from the
-``after`` run on an idle machine (docs/replay.md).
+minutes per variant; ``PM_BENCH_EVENTS=F`` also dumps the job's coordinator events, epochs and
+the phase log of each variant to ``F``). ``--calibration F`` writes the replay's calibration
+file from the ``after`` run on an idle machine (docs/replay.md).
 """
 
 from __future__ import annotations
@@ -37,17 +38,16 @@ import json
 import multiprocessing
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import REPO
+from bench_live_harvest import slurm, wait_until
 
 NODES = [f"n{i}" for i in range(1, 7)]
 # variant -> (provider overrides, core settings, agent warm-up)
@@ -60,22 +60,6 @@ VARIANTS: dict[str, dict[str, Any]] = {
     },
     "after": {"provider": {}, "warm": True, "debounce_s": None},
 }
-
-
-def slurm(*argv: str, check: bool = True) -> str:
-    env = {**os.environ, "SLURM_CONF": os.environ.get("SLURM_CONF", "/tmp/pm-slurm/slurm.conf")}
-    return subprocess.run(
-        argv, env=env, capture_output=True, text=True, timeout=30, check=check
-    ).stdout
-
-
-def wait_until(done: Callable[[], bool], timeout_s: float, step_s: float = 0.1) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if done():
-            return True
-        time.sleep(step_s)
-    return done()
 
 
 def hold(node: str) -> str:
@@ -139,7 +123,7 @@ def run_variant(
     work = Path(tempfile.mkdtemp(prefix=f"pm-bbs-{name}-"))
     for node in NODES[1:]:
         hold(node)
-    if not wait_until(lambda: set(holders_running()) >= set(NODES[1:]), 60):
+    if not wait_until(lambda: set(holders_running()) >= set(NODES[1:]), 60, 0.1):
         raise RuntimeError("the holder jobs did not start: is the cluster idle?")
     provider = BackfillProvider(
         "slurm-preempt",
@@ -178,7 +162,7 @@ def run_variant(
 
         # cold start: n1 was never held
         cold = Sample("n1", True, time.time())
-        if not wait_until(lambda: "n1" in first_steps(), 180):
+        if not wait_until(lambda: "n1" in first_steps(), 180, 0.1):
             raise RuntimeError(f"{name}: no first step on n1: {controller.state()}")
         collect(cold, cold.idle)
         samples.append(cold)
@@ -199,14 +183,14 @@ def run_variant(
                 now = first_steps()
                 return all(now.get(n, 0) > since.get(n, 0) and now[n] >= t0 - 2 for n in nodes)
 
-            if not wait_until(all_stepped, 120):
+            if not wait_until(all_stepped, 120, 0.1):
                 print(f"# {name} cycle {cycle}: not every freed node trained within 120 s")
             for s in cycle_samples:
                 collect(s, idle)
             samples.extend(cycle_samples)
             for node in freed:
                 hold(node)
-            wait_until(lambda f=freed: set(holders_running()) >= set(f), 90)
+            wait_until(lambda f=freed: set(holders_running()) >= set(f), 90, 0.1)
         pauses.extend(rescale_pauses(job.coordinator.epochs()))
         if os.environ.get("PM_BENCH_EVENTS"):
             Path(os.environ["PM_BENCH_EVENTS"]).write_text(
@@ -224,7 +208,7 @@ def run_variant(
         burner.terminate()
     for job in holders_running().values():
         slurm("scancel", job, check=False)
-    wait_until(lambda: not slurm("squeue", "-h", "-o", "%i").strip(), 120)
+    wait_until(lambda: not slurm("squeue", "-h", "-o", "%i").strip(), 120, 0.1)
     return samples, pauses
 
 

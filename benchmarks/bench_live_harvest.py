@@ -111,9 +111,9 @@ def slurm_env() -> dict[str, str]:
     return {**os.environ, "SLURM_CONF": conf}
 
 
-def slurm(*argv: str) -> str:
+def slurm(*argv: str, check: bool = True) -> str:
     return subprocess.run(
-        argv, env=slurm_env(), capture_output=True, text=True, timeout=30, check=True
+        argv, env=slurm_env(), capture_output=True, text=True, timeout=30, check=check
     ).stdout
 
 
