@@ -45,6 +45,7 @@ class RunningJob:
     partition: str = ""
     user: str = ""
     ours: bool = False  # a block submitted by parsl-malleable
+    name: str = ""  # the job's name (blocks of ours carry their provider's tag in it)
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,7 @@ class PendingJob:
     user: str = ""
     expected_start: float | None = None  # what the scheduler itself predicts, when it says
     ours: bool = False
+    name: str = ""
 
 
 @dataclass(frozen=True)

@@ -105,6 +105,20 @@ class BlockScheduler(ABC):
     def signal_batch(self, job_ids: Sequence[str], signal: str) -> None:
         """Send ``signal`` (``"USR1"``) to the batch shell of each job (not to its steps)."""
 
+    def jobs_named(self, name: str) -> list[str]:
+        """Ids of the jobs named ``name`` that have not ended: how the provider finds a block
+        whose submit failed, timed out or printed no id it could read. The default reads a
+        snapshot; a command scheduler asks one small query."""
+        snap = self.snapshot()
+        named = [j.job_id for j in snap.running if j.name == name]
+        return named + [j.job_id for j in snap.pending if j.name == name]
+
+    def confirm_gone(self, job_ids: Sequence[str]) -> dict[str, JobStatus]:
+        """State of jobs that the snapshot and :meth:`status` no longer show, asked another
+        way where the scheduler has one (Slurm: ``scontrol``), so that one command answering
+        nothing cannot make a running block look gone. Default: :meth:`status` again."""
+        return self.status(job_ids)
+
     def preempted(self, job_ids: Sequence[str]) -> set[str]:
         """Which of these ended jobs the scheduler preempted (default: it cannot say)."""
         return set()

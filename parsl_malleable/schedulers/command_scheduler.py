@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import time
 from abc import abstractmethod
 from collections import Counter
@@ -44,6 +45,9 @@ class CommandScheduler(BlockScheduler):
     UNKNOWN_JOB: ClassVar[tuple[str, ...]] = ()
     #: The block's output file next to its script, formatted with the block's ``name``.
     OUTPUT: ClassVar[str] = "{name}.out"
+    #: What a job id printed by the submit command must look like (a cut-off or garbled id
+    #: would track a job that is not ours).
+    JOB_ID: ClassVar[re.Pattern[str]] = re.compile(r"\d+")
 
     def __init__(
         self,
@@ -86,12 +90,19 @@ class CommandScheduler(BlockScheduler):
         """This scheduler's own constructor arguments from a profile (its destination)."""
         return {}
 
-    def run(self, argv: list[str], check: bool = True, label: str | None = None) -> CommandResult:
-        """Run one command of this scheduler, counted in :attr:`queries` under ``label``."""
+    def run(
+        self,
+        argv: list[str],
+        check: bool = True,
+        label: str | None = None,
+        retries: int | None = None,
+    ) -> CommandResult:
+        """Run one command of this scheduler, counted in :attr:`queries` under ``label``;
+        ``retries`` overrides the profile's (a submit is never retried: see :meth:`submit`)."""
         return run_command(
             argv,
             timeout_s=self.timeout_s,
-            retries=self.retries,
+            retries=self.retries if retries is None else retries,
             backoff_s=self.backoff_s,
             env=self.env,
             check=check,
@@ -174,6 +185,11 @@ class CommandScheduler(BlockScheduler):
         """The statuses in the output of :meth:`status_argv`."""
 
     @abstractmethod
+    def named_argv(self, name: str) -> list[str]:
+        """The command that prints the ids of the jobs named ``name`` that have not ended,
+        one per line (read by :meth:`jobs_named`)."""
+
+    @abstractmethod
     def cancel_argv(self, job_ids: list[str]) -> list[str]:
         """The command that ends these jobs."""
 
@@ -230,7 +246,22 @@ class CommandScheduler(BlockScheduler):
         )
         with self.script_tail(script) as tail:
             argv = [*head, *tail]
-            return parse_output(argv, self.parse_submitted, self.run(argv).stdout)
+            # Never retried here: a submit that failed after the job was created (a socket
+            # timeout on the reply) would create a second one. The provider looks the block's
+            # name up instead (jobs_named) and adopts or cancels what it finds.
+            job_id = parse_output(argv, self.parse_submitted, self.run(argv, retries=0).stdout)
+        if not self.JOB_ID.fullmatch(job_id):
+            raise SchedulerCommandError(argv, f"printed {job_id!r}, which is not a job id")
+        return job_id
+
+    def jobs_named(self, name: str) -> list[str]:
+        """Ids of the jobs named ``name`` that have not ended, from one query."""
+        argv = self.named_argv(name)
+        ids = self.run(argv, label=f"{argv[0]} (by name)").stdout.split()
+        bad = [i for i in ids if not self.JOB_ID.fullmatch(i)]
+        if bad:
+            raise SchedulerCommandError(argv, f"unparseable output: {bad[0]!r} is not a job id")
+        return ids
 
     def script_tail(self, script: Script) -> contextlib.AbstractContextManager[list[str]]:
         """The submit command's end: the script path, or :meth:`command_tail` of an argv."""

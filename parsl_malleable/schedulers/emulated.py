@@ -157,7 +157,7 @@ class EmulatedSite(BlockScheduler):
                 for job, held in self._running.values()
             ]
             running += [
-                RunningJob(b.job_id, b.nodes, b.start, b.walltime_s, ours=b.ours)
+                RunningJob(b.job_id, b.nodes, b.start, b.walltime_s, ours=b.ours, name=b.name)
                 for b in self._blocks.values()
                 if b.running
             ]

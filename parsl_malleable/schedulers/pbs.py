@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -54,7 +55,14 @@ def build_pbs_snapshot(
         if job.state in (JobState.RUNNING, JobState.SUSPENDED) and job.start is not None:
             running.append(
                 RunningJob(
-                    job.job_id, job.nodes, job.start, job.walltime, job.queue, job.user, ours
+                    job.job_id,
+                    job.nodes,
+                    job.start,
+                    job.walltime,
+                    job.queue,
+                    job.user,
+                    ours,
+                    name=job.name,
                 )
             )
         elif job.state is JobState.PENDING:
@@ -68,6 +76,7 @@ def build_pbs_snapshot(
                     user=job.user,
                     expected_start=job.expected_start,
                     ours=ours,
+                    name=job.name,
                 )
             )
     pending.sort(
@@ -121,6 +130,7 @@ class PBSScheduler(CommandScheduler):
     parse_reservations = staticmethod(parse_pbs_rstat)
     parse_submitted = staticmethod(parse_qsub)
     signals_before_walltime = False
+    JOB_ID = re.compile(r"\d+(\[\d*\])?(\.[A-Za-z0-9_.-]+)?")
 
     def __init__(
         self,
@@ -227,6 +237,10 @@ class PBSScheduler(CommandScheduler):
     def short_id(self, job_id: str) -> str:
         # qstat may print "1234.server" for a request of "1234": match on the number too.
         return job_id.split(".", 1)[0]
+
+    def named_argv(self, name: str) -> list[str]:
+        # qselect lists the jobs not yet finished by default, one id per line.
+        return ["qselect", "-N", name]
 
     def cancel_argv(self, job_ids: list[str]) -> list[str]:
         return ["qdel", *job_ids]

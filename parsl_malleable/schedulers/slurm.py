@@ -13,9 +13,10 @@ import tempfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from parsl_malleable.errors import StartRefused
+from parsl_malleable.errors import SchedulerCommandError, StartRefused
 from parsl_malleable.schedulers.base import OURS_PREFIX, SiteDestination
 from parsl_malleable.schedulers.command_scheduler import CommandScheduler
+from parsl_malleable.schedulers.commands import describe_failure
 from parsl_malleable.schedulers.records import (
     JobState,
     JobStatus,
@@ -27,8 +28,10 @@ from parsl_malleable.schedulers.slurm_parse import (
     SQUEUE_FORMAT,
     SinfoResult,
     SqueueRow,
+    map_job_state,
     parse_reservations,
     parse_sbatch_parsable,
+    parse_scontrol_job,
     parse_sinfo_nodes,
     parse_squeue,
     parse_test_only,
@@ -76,6 +79,7 @@ def build_snapshot(
                     partition=job.partition,
                     user=job.user,
                     ours=ours,
+                    name=job.name,
                 )
             )
         elif job.state is JobState.PENDING and job.reason not in NEVER_STARTS:
@@ -97,6 +101,7 @@ def build_snapshot(
                         user=job.user,
                         expected_start=job.start,
                         ours=ours,
+                        name=job.name,
                     ),
                 )
             )
@@ -313,6 +318,28 @@ class SlurmScheduler(CommandScheduler):
             )
             for row in parse_output(argv, parse_squeue, stdout)
         ]
+
+    def named_argv(self, name: str) -> list[str]:
+        return ["squeue", "--noheader", "--all", f"--name={name}", f"--states={ACTIVE_STATES}",
+                "--format=%i"]  # fmt: skip
+
+    def confirm_gone(self, job_ids: Sequence[str]) -> dict[str, JobStatus]:
+        """Each job's state from ``scontrol show job``, which asks slurmctld itself rather
+        than through squeue: an id it does not know (purged, never ours) is UNKNOWN."""
+        out: dict[str, JobStatus] = {}
+        for job_id in job_ids:
+            argv = ["scontrol", "show", "job", "--oneliner", str(job_id)]
+            result = self.run(argv, check=False)
+            if result.returncode != 0:
+                if "invalid job id" not in result.stderr.lower():
+                    raise SchedulerCommandError(
+                        argv, describe_failure(result.returncode, result.stderr)
+                    )
+                out[job_id] = JobStatus(job_id, JobState.UNKNOWN)
+                continue
+            _, raw, reason = parse_output(argv, parse_scontrol_job, result.stdout.strip())
+            out[job_id] = JobStatus(job_id, map_job_state(raw, reason), raw_state=raw)
+        return out
 
     def cancel_argv(self, job_ids: list[str]) -> list[str]:
         return ["scancel", *job_ids]

@@ -343,6 +343,17 @@ def parse_test_only(stderr: str) -> tuple[float, tuple[str, ...], str]:
     return start, tuple(expand_hostlist(m["nodes"])), m["partition"]
 
 
+def parse_scontrol_job(text: str) -> tuple[str, str, str]:
+    """``(job id, state, reason)`` from one ``scontrol show job --oneliner`` line."""
+    fields = dict(
+        item.split("=", 1) for item in text.split() if "=" in item and not item.startswith("=")
+    )
+    try:
+        return fields["JobId"], fields["JobState"], fields.get("Reason", "")
+    except KeyError as exc:
+        raise OutputParseError("scontrol show job", f"no {exc.args[0]} in {text[:80]!r}") from None
+
+
 def parse_sbatch_parsable(stdout: str) -> str:
     """Job id from ``sbatch --parsable`` (``123`` or ``123;cluster``)."""
     first = stdout.strip().split(";", 1)[0]

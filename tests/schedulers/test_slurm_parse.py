@@ -20,6 +20,7 @@ from parsl_malleable.schedulers.slurm_parse import (
     parse_duration,
     parse_reservations,
     parse_sbatch_parsable,
+    parse_scontrol_job,
     parse_sinfo_nodes,
     parse_squeue,
     parse_test_only,
@@ -248,3 +249,13 @@ def test_walltime_rounds_down_to_minutes() -> None:
     assert walltime_minutes(179.9) == 2
     with pytest.raises(ValueError, match="whole minutes"):
         walltime_minutes(59)
+
+
+def test_scontrol_show_job_gives_id_state_and_reason() -> None:
+    line = (
+        "JobId=1413 JobName=pm-block-x-0-0 UserId=root(0) JobState=CANCELLED Reason=None "
+        "Dependency=(null)"
+    )
+    assert parse_scontrol_job(line) == ("1413", "CANCELLED", "None")
+    with pytest.raises(OutputParseError, match="no JobState"):
+        parse_scontrol_job("JobId=1413 JobName=x")
