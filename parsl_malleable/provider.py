@@ -23,6 +23,7 @@ import math
 import re
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -40,15 +41,21 @@ from parsl_malleable.harvest.demand import DemandContext, DemandFn
 from parsl_malleable.harvest.error_handler import backfill_error_handler
 from parsl_malleable.harvest.launch import write_block_files
 from parsl_malleable.harvest.ledger import BlockInfo, JobRecord, Phase, Slot
+from parsl_malleable.harvest.listen_address import listen_address
 from parsl_malleable.harvest.planning import harvest_windows, plan_blocks
 from parsl_malleable.harvest.profile import SiteProfile, load_profile
+from parsl_malleable.harvest.reconcile import (
+    CONFIRM_POLLS,
+    cancel_retry_in,
+    match_blocks,
+)
 from parsl_malleable.harvest.sites import (
-    OURS_PREFIX,
     BlockScheduler,
     make_scheduler,
     snapshot_signature,
 )
 from parsl_malleable.harvest.states import CancelReason, end_state, is_failure
+from parsl_malleable.harvest.submission import block_name, provider_tag, submit_block
 from parsl_malleable.harvest.warmup import load_planner
 from parsl_malleable.harvest.yielding import (
     DEFAULT_TOLERANCE_S,
@@ -67,6 +74,8 @@ _BLOCK_IN_NAME = re.compile(r"block-([A-Za-z0-9_.-]+)")
 _SAFE_ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 _DIGITS = re.compile(r"\d+")
 YieldHook = Callable[[BlockInfo], None]
+#: How long closing the provider may retry failed cancels (close() and Parsl's shutdown).
+WIND_DOWN_S = 30.0
 
 
 @dataclass
@@ -143,6 +152,12 @@ class BackfillProvider(ExecutionProvider, RepresentationMixin):
         self._slots: dict[str, Slot] = {}
         self._jobs: dict[str, JobRecord] = {}
         self._ids = itertools.count()
+        # Every job's name is unique (tag + block + sequence): found again by name whatever
+        # the submit command printed, and told apart from another driver's blocks.
+        self._tag = provider_tag(self._label)
+        self._job_seq = itertools.count()
+        self.faults: Counter[str] = Counter()
+        self._submit_failures = 0  # in a row
         self._failures = 0
         self._gave_up = ""
         self._wake = threading.Event()
@@ -212,14 +227,11 @@ class BackfillProvider(ExecutionProvider, RepresentationMixin):
                 if slot.job is not None and slot.job.active:
                     slot.job.cancel_reason = CancelReason.PARSL
                     to_cancel.append(slot.job)
-        ok = True
-        if to_cancel:
-            try:
-                self.scheduler.cancel([r.job_id for r in to_cancel])
-            except MalleableError as exc:
-                logger.warning("cancel of %s failed: %s", [r.job_id for r in to_cancel], exc)
-                ok = False
-        if all(s.closed for s in self._slots.values()):
+        # A failed cancel is retried by the poll thread, with backoff (_send_due_cancels).
+        ok = self._cancel_now(to_cancel) if to_cancel else True
+        if all(s.closed for s in self._slots.values()) and not self._stop.is_set():
+            # Parsl's shutdown ends here (it never calls close): leave nothing behind.
+            self._wind_down(WIND_DOWN_S)
             self._stop.set()
             self._wake.set()
         return [ok if str(j) in self._slots else False for j in job_ids]
@@ -229,7 +241,11 @@ class BackfillProvider(ExecutionProvider, RepresentationMixin):
     def blocks(self) -> list[BlockInfo]:
         """Our live blocks: nodes, deadline and phase of every job not yet ended."""
         with self._lock:
-            return [BlockInfo.of(r) for r in self._jobs.values() if r.active]
+            return [
+                BlockInfo.of(r)
+                for r in self._jobs.values()
+                if r.active and r.cancel_reason is not CancelReason.STRAY
+            ]
 
     @property
     def min_block_s(self) -> float:
@@ -251,8 +267,18 @@ class BackfillProvider(ExecutionProvider, RepresentationMixin):
             return slot.job.end_state
 
     def stats(self) -> dict[str, Any]:
-        """Polls so far and the scheduler commands run, by command."""
-        return {"polls": self.polls, "queries": dict(self.scheduler.queries)}
+        """Polls so far, the scheduler commands run (by command), and the scheduler faults
+        met and how each was handled (``faults``; docs/provider.md lists them)."""
+        return {
+            "polls": self.polls,
+            "queries": dict(self.scheduler.queries),
+            "faults": dict(self.faults),
+        }
+
+    @property
+    def tag(self) -> str:
+        """The name prefix of this provider's jobs (``pm-block-<label>-<random>``)."""
+        return self._tag
 
     # ------------------------------------------------------------------------ poll thread
 
@@ -303,12 +329,15 @@ class BackfillProvider(ExecutionProvider, RepresentationMixin):
         logger.info("window planner ready in %.1f s", self.planner_load_s)
         return self.planner_load_s
 
-    def close(self, cancel: bool = True, timeout: float = 30.0) -> None:
-        """Stop the poll thread; with ``cancel``, close every slot and cancel its job."""
+    def close(self, cancel: bool = True, timeout: float = WIND_DOWN_S) -> None:
+        """Stop the poll thread; with ``cancel``, close every slot, cancel its job and any
+        stray job of ours, retrying failed cancels for up to ``timeout`` seconds."""
         if cancel:
             open_slots = [s.slot_id for s in self._slots.values() if not s.closed]
             if open_slots:
                 self.cancel(open_slots)
+            elif not self._stop.is_set():
+                self._wind_down(timeout)
         self._stop.set()
         self._wake.set()
         if self._thread is not None:
@@ -386,8 +415,8 @@ class BackfillProvider(ExecutionProvider, RepresentationMixin):
                 self._yield(snap, report)
                 self._send_due_cancels()
                 self._withdraw_stuck(report)
-                self._launch(snap, report)
                 self.last_error = ""
+                self._launch(snap, report)  # a failed submit says so in last_error
             except (MalleableError, OSError) as exc:
                 # A hung, failing or garbled scheduler command costs this poll, nothing more:
                 # blocks keep their state and the next poll tries again.
@@ -401,19 +430,111 @@ class BackfillProvider(ExecutionProvider, RepresentationMixin):
     # ------------------------------------------------------------------------ poll stages
 
     def _reconcile(self, snap: Snapshot, report: PollReport) -> None:
-        running = {j.job_id: j for j in snap.running if j.ours}
-        pending = {j.job_id for j in snap.pending if j.ours}
-        missing: list[JobRecord] = []
         with self._lock:
-            for rec in [r for r in self._jobs.values() if r.active]:
-                job = running.get(rec.job_id)
-                if job is not None:
-                    self._mark_running(rec, job.nodes, job.start, job.time_limit)
-                elif rec.job_id not in pending:
-                    missing.append(rec)
-        if not missing:
+            found = match_blocks([r for r in self._jobs.values() if r.active], snap, self._tag)
+            for old, new in found.renamed:
+                self._correct_id(old, new)
+            for job_id, job in found.running.items():
+                rec = self._jobs[_renamed(job_id, found.renamed)]
+                rec.missing_polls = 0
+                self._mark_running(rec, job.nodes, job.start, job.time_limit)
+            for job_id in found.pending:
+                self._jobs[_renamed(job_id, found.renamed)].missing_polls = 0
+            missing = [self._jobs[j] for j in found.missing]
+        if found.strays:
+            self._cancel_strays(found.strays, report)
+        if missing:
+            self._settle_missing(missing, report)
+
+    def _correct_id(self, old: str, new: str) -> None:
+        """The scheduler shows the block recorded as ``old`` as job ``new`` (its submit
+        printed a wrong id): re-key the record. Called with the lock held."""
+        rec = self._jobs.pop(old)
+        rec.job_id = new
+        self._jobs[new] = rec
+        slot = self._slots.get(rec.slot_id)
+        if slot is not None:
+            slot.jobs = [new if j == old else j for j in slot.jobs]
+            self.resources[slot.slot_id]["scheduler_job_id"] = new
+        self.faults["id_corrected"] += 1
+        logger.warning(
+            "block %s was recorded as job %s but the scheduler shows it as job %s: corrected",
+            rec.name,
+            old,
+            new,
+        )
+
+    def _cancel_strays(self, job_ids: list[str], report: PollReport) -> None:
+        """Take jobs of ours that no record holds into the book, and cancel them."""
+        now = self.clock()
+        strays = []
+        with self._lock:
+            for job_id in job_ids:
+                if job_id in self._jobs and self._jobs[job_id].active:
+                    continue
+                rec = JobRecord(
+                    job_id=job_id,
+                    slot_id="",
+                    block_id="",
+                    nodes_requested=0,
+                    walltime_s=0.0,
+                    planned_nodes=(),
+                    window_end=now,
+                    submitted_at=now,
+                    phase=Phase.YIELDING,
+                    cancel_reason=CancelReason.STRAY,
+                )
+                self._jobs[job_id] = rec
+                strays.append(rec)
+        if not strays:
             return
+        self.faults["strays_cancelled"] += len(strays)
+        logger.warning(
+            "jobs %s carry this provider's name (%s) but no block holds them: cancelling",
+            ", ".join(r.job_id for r in strays),
+            self._tag,
+        )
+        report.skipped.extend(f"{r.job_id}: stray job of ours, cancelled" for r in strays)
+        self._cancel_now(strays)
+
+    def _settle_missing(self, missing: list[JobRecord], report: PollReport) -> None:
+        """Records the snapshot did not list: ended when the scheduler says so, kept while a
+        second query says they live, dropped (and cancelled, in case) only when neither query
+        knows them for :data:`CONFIRM_POLLS` polls in a row."""
         statuses = self.scheduler.status([r.job_id for r in missing])
+        unknown = [
+            r
+            for r in missing
+            if r.job_id in statuses and statuses[r.job_id].state is JobState.UNKNOWN
+        ]
+        if unknown:
+            # Asked another way (Slurm: scontrol): an empty squeue must not end a live block.
+            statuses.update(self.scheduler.confirm_gone([r.job_id for r in unknown]))
+        dropped: list[JobRecord] = []
+        with self._lock:
+            for rec in unknown:
+                st = statuses.get(rec.job_id)
+                if st is None or st.state is not JobState.UNKNOWN:
+                    if st is not None and not st.state.finished:
+                        self.faults["missing_kept"] += 1
+                        self._say_once(
+                            f"job {rec.job_id}",
+                            "the job query does not list it but the scheduler says "
+                            f"{st.raw_state or st.state.value}: kept",
+                            level=logging.WARNING,
+                        )
+                    continue
+                rec.missing_polls += 1
+                if rec.missing_polls < CONFIRM_POLLS:
+                    statuses.pop(rec.job_id)  # not yet: ask again at the next poll
+                else:
+                    dropped.append(rec)
+        if dropped:
+            self.faults["missing_dropped"] += len(dropped)
+            try:  # it may live on where no query sees it; cancelling a gone job is harmless
+                self.scheduler.cancel([r.job_id for r in dropped])
+            except MalleableError as exc:
+                logger.warning("cancel of vanished blocks %s: %s", [r.job_id for r in dropped], exc)
         ended = [
             r
             for r in missing
@@ -562,29 +683,102 @@ class BackfillProvider(ExecutionProvider, RepresentationMixin):
             due = [
                 r
                 for r in self._jobs.values()
-                if r.phase is Phase.YIELDING and r.cancel_at is not None and r.cancel_at <= now
+                if r.active and r.cancel_at is not None and r.cancel_at <= now
             ]
-            for rec in due:
+        if due:
+            self._cancel_now(due)
+
+    def _cancel_now(self, records: list[JobRecord]) -> bool:
+        """Cancel these jobs now; whether the scheduler took the cancel. A failed cancel is
+        retried after 1, 2, 4 ... s and given up loudly (an ERROR naming the command to run by
+        hand) after :data:`~parsl_malleable.harvest.reconcile.CANCEL_ATTEMPTS`; the record
+        stays in the book until the scheduler says the job ended."""
+        now = self.clock()
+        with self._lock:
+            for rec in records:
                 rec.cancel_at = None
                 rec.cancel_poll = self.polls
                 rec.cancel_sent_at = now
-        if due:
-            try:
-                self.scheduler.cancel([r.job_id for r in due])
-            except MalleableError as exc:
-                logger.warning("cancel of yielding blocks failed, retrying: %s", exc)
-                with self._lock:
-                    for rec in due:
-                        rec.cancel_at = now
+        try:
+            self.scheduler.cancel([r.job_id for r in records])
+        except MalleableError as exc:
+            self._cancel_failed(records, now, exc)
+            return False
+        return True
+
+    def _cancel_failed(self, records: list[JobRecord], now: float, exc: MalleableError) -> None:
+        self.faults["cancel_failed"] += 1
+        given_up = []
+        with self._lock:
+            for rec in records:
+                rec.cancel_attempts += 1
+                retry_in = cancel_retry_in(rec.cancel_attempts)
+                if retry_in is None:
+                    rec.cancel_given_up = True
+                    given_up.append(rec.job_id)
+                else:
+                    rec.cancel_at = now + retry_in
+        if given_up:
+            self.faults["cancel_given_up"] += len(given_up)
+            logger.error(
+                "gave up cancelling jobs %s after %d attempts (last: %s); they hold their "
+                "nodes until their walltime: cancel them by hand (%s)",
+                ", ".join(given_up),
+                max(r.cancel_attempts for r in records),
+                exc,
+                " ".join(self.scheduler_cancel_hint(given_up)),
+            )
+        retrying = [r.job_id for r in records if r.cancel_at is not None]
+        if retrying:
+            logger.warning(
+                "cancel of %s failed, retrying in %.0f s: %s",
+                ", ".join(retrying),
+                min(r.cancel_at for r in records if r.cancel_at is not None) - now,
+                exc,
+            )
+
+    def scheduler_cancel_hint(self, job_ids: list[str]) -> list[str]:
+        """The command a person would run to cancel these jobs."""
+        argv = getattr(self.scheduler, "cancel_argv", None)
+        return list(argv(job_ids)) if callable(argv) else ["cancel", *job_ids]
 
     def _next_cancel_in(self) -> float | None:
         with self._lock:
-            due = [
-                r.cancel_at
-                for r in self._jobs.values()
-                if r.phase is Phase.YIELDING and r.cancel_at is not None
-            ]
+            due = [r.cancel_at for r in self._jobs.values() if r.active and r.cancel_at is not None]
         return min(due) - self.clock() if due else None
+
+    def _wind_down(self, timeout_s: float) -> None:
+        """The last slot closed: cancel every stray job of ours the scheduler shows and retry
+        failed cancels for up to ``timeout_s``; an ERROR names what could not be cancelled."""
+        deadline = time.monotonic() + timeout_s
+        with self._poll_lock:
+            try:
+                snap = self.scheduler.snapshot()
+            except MalleableError as exc:
+                logger.warning("closing: the last look for stray jobs failed: %s", exc)
+            else:
+                with self._lock:
+                    active = [r for r in self._jobs.values() if r.active]
+                found = match_blocks(active, snap, self._tag)
+                self._cancel_strays(found.strays, PollReport(started=self.clock()))
+        while True:
+            self._send_due_cancels()
+            wait = self._next_cancel_in()
+            if wait is None or time.monotonic() + wait > deadline:
+                break
+            time.sleep(max(0.05, wait))  # a backoff: nothing else can say the cancel works
+        with self._lock:
+            left = [
+                r.job_id
+                for r in self._jobs.values()
+                if r.active and (r.cancel_at is not None or r.cancel_given_up)
+            ]
+        if left:
+            logger.error(
+                "closing with jobs %s not cancelled; cancel them by hand (%s)",
+                ", ".join(left),
+                " ".join(self.scheduler_cancel_hint(left)),
+            )
 
     def _withdraw_stuck(self, report: PollReport) -> None:
         now = self.clock()
@@ -600,7 +794,7 @@ class BackfillProvider(ExecutionProvider, RepresentationMixin):
                 rec.cancel_reason = CancelReason.NOT_STARTED
         if stuck:
             # A block that waits in the queue could start later at a worse time: withdraw it.
-            self.scheduler.cancel([r.job_id for r in stuck])
+            self._cancel_now(stuck)
             report.skipped.extend(f"{r.job_id}: not started, withdrawn" for r in stuck)
 
     def _launch(self, snap: Snapshot, report: PollReport) -> None:
@@ -646,15 +840,19 @@ class BackfillProvider(ExecutionProvider, RepresentationMixin):
             except StartRefused as exc:
                 starts.append(math.inf)
                 refused.append(f"{req.nodes} nodes x {req.walltime_s:.0f} s: {exc.reason}")
+        topic = "a block waits: the scheduler's start test says"
+        for why in refused:
+            report.skipped.append(why)
+            self.faults["start_refused"] += 1
+            # A WARNING: a refusal is often the site saying no to every block (a bad account,
+            # partition or user), which an INFO line once hid.
+            self._say_once(topic, why, logging.WARNING)
         latest = self.clock() + self.profile.start_tolerance_s
         for req, start in zip(requests, starts, strict=True):
             if start is not None and latest < start < math.inf:
-                refused.append(
-                    f"{req.nodes} nodes x {req.walltime_s:.0f} s would start at {start:.0f}"
-                )
-        for why in refused:
-            report.skipped.append(why)
-            self._say_once("a block waits: the scheduler's start test says", why)
+                late = f"{req.nodes} nodes x {req.walltime_s:.0f} s would start at {start:.0f}"
+                report.skipped.append(late)
+                self._say_once(topic, late)
         return [
             r for r, start in zip(requests, starts, strict=True) if start is None or start <= latest
         ]
@@ -673,14 +871,14 @@ class BackfillProvider(ExecutionProvider, RepresentationMixin):
                     f"{self.profile.safety_margin_s:.0f} s margin fits before it",
                 )
 
-    def _say_once(self, topic: str, words: str) -> None:
+    def _say_once(self, topic: str, words: str, level: int = logging.INFO) -> None:
         """Log a reason a slot waits the first time it is seen (times and ids aside), so a
         condition that lasts a hundred polls is one line, and a new one is a new line."""
         key = topic + _DIGITS.sub("#", words)
         if key in self._said:
             return
         self._said.add(key)
-        logger.info("%s: %s", topic, words)
+        logger.log(level, "%s: %s", topic, words)
 
     def _submit_job(
         self,
@@ -706,11 +904,25 @@ class BackfillProvider(ExecutionProvider, RepresentationMixin):
             heartbeat_file=self.heartbeat_file,
             heartbeat_timeout_s=self.profile.heartbeat_timeout_s,
         )
-        name = f"{OURS_PREFIX}-{self.label}-{slot.block_id}"
+        name = block_name(self._tag, slot.block_id, next(self._job_seq))
         now = self.clock()
-        job_id = self.scheduler.submit(
-            script, nodes=nodes, walltime_s=walltime_s, node_ids=node_ids, name=name
+        with self._lock:
+            taken = {r.job_id for r in self._jobs.values() if r.active}
+        outcome = submit_block(
+            self.scheduler,
+            script,
+            name=name,
+            nodes=nodes,
+            walltime_s=walltime_s,
+            node_ids=node_ids,
+            taken=taken,
+            faults=self.faults,
         )
+        if outcome.job_id is None:
+            self._submit_failed(name, outcome.error, report)
+            return
+        self._submit_failures = 0
+        job_id = outcome.job_id
         rec = JobRecord(
             job_id=job_id,
             slot_id=slot.slot_id,
@@ -720,6 +932,7 @@ class BackfillProvider(ExecutionProvider, RepresentationMixin):
             planned_nodes=tuple(node_ids),
             window_end=now + window_s,
             submitted_at=now,
+            name=name,
         )
         with self._lock:
             self._jobs[job_id] = rec
@@ -732,7 +945,7 @@ class BackfillProvider(ExecutionProvider, RepresentationMixin):
                 rec.cancel_reason = CancelReason.PARSL
         report.submitted.append(job_id)
         if orphan:
-            self.scheduler.cancel([job_id])
+            self._cancel_now([rec])
             return
         logger.info(
             "slot %s: job %s, %d nodes x %.0f s (window %.0f s)",
@@ -742,6 +955,20 @@ class BackfillProvider(ExecutionProvider, RepresentationMixin):
             walltime_s,
             window_s,
         )
+
+    def _submit_failed(self, name: str, error: str, report: PollReport) -> None:
+        """No job came of a submit: a WARNING with the scheduler's words, the first time and
+        then every tenth time in a row (a broken account or partition fails every poll)."""
+        self._submit_failures += 1
+        report.skipped.append(f"{name}: submit failed: {error}")
+        self.last_error = error
+        streak = self._submit_failures
+        if streak == 1 or streak % 10 == 0:
+            logger.warning(
+                "block submit failed%s: %s",
+                f" ({streak} times in a row)" if streak > 1 else "",
+                error,
+            )
 
     # --------------------------------------------------------------------------- helpers
 
@@ -761,6 +988,11 @@ class BackfillProvider(ExecutionProvider, RepresentationMixin):
         return ParslStatus(ParslState.PENDING, "waiting for an idle window")
 
 
+def _renamed(job_id: str, renamed: list[tuple[str, str]]) -> str:
+    """The id a record is kept under after :meth:`BackfillProvider._correct_id`."""
+    return dict(renamed).get(job_id, job_id)
+
+
 def harvest_executor(
     provider: BackfillProvider, label: str = "harvest", **htex_options: Any
 ) -> HighThroughputExecutor:
@@ -768,9 +1000,10 @@ def harvest_executor(
 
     Defaults, each overridable through ``htex_options``: one worker per rank and
     ``ranks_per_node`` ranks per node (one per GPU, pinned with ``available_accelerators``),
-    the :func:`~parsl_malleable.harvest.error_handler.backfill_error_handler`, the profile's
-    ``address`` (where compute nodes reach this host; the controller serves ranks there too),
-    and heartbeats of 2 s / 10 s so that a lost node is noticed in seconds, not minutes.
+    the :func:`~parsl_malleable.harvest.error_handler.backfill_error_handler`, and heartbeats
+    of 2 s / 10 s so that a lost node is noticed in seconds, not minutes. The interchange
+    listens on one address, where compute nodes reach this host (the controller serves ranks
+    there too): see :func:`~parsl_malleable.harvest.listen_address.listen_address`.
     """
     safe_name(label, "executor label")  # Parsl puts it into run directories and log names
     profile = provider.profile
@@ -782,9 +1015,11 @@ def harvest_executor(
     }
     if profile.gpus_per_node:
         options["available_accelerators"] = profile.gpus_per_node
-    if profile.address:
-        options["address"] = profile.address
     options.update(htex_options)
+    # Without an address Parsl's interchange listens on every interface of the login node.
+    address, origin = listen_address(profile, options.get("address"))
+    options["address"] = address
+    logger.info("executor %s: the interchange listens on %s (%s)", label, address, origin)
     return HighThroughputExecutor(label=label, provider=provider, **options)
 
 

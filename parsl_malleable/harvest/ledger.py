@@ -50,6 +50,10 @@ class JobRecord:
     end_state: ParslState | None = None
     message: str = ""
     ended_at: float | None = None
+    name: str = ""  # the job's name: unique, so a lost or wrong id can be found again
+    missing_polls: int = 0  # consecutive snapshots that did not list it
+    cancel_attempts: int = 0  # failed cancels so far (they back off, then give up)
+    cancel_given_up: bool = False
 
     @property
     def active(self) -> bool:

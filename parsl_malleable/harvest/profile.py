@@ -129,6 +129,11 @@ class SiteProfile(BaseModel):
     address: str | None = Field(
         None, description="address of the driver's host that compute nodes reach (HTEX, ranks)"
     )
+    interface: str | None = Field(
+        None,
+        description="network interface compute nodes reach the driver's host on (e.g. hsn0); "
+        "its address is used when 'address' is not set",
+    )
     gpus_per_node: int = Field(0, ge=0, description="GPUs per node (one rank is bound to each)")
     ranks_per_node: int | None = Field(
         None, ge=1, description="ranks per node (default: gpus_per_node, else 1)"
@@ -136,6 +141,11 @@ class SiteProfile(BaseModel):
     emulated: EmulatedSettings | None = Field(
         None, description="the emulated site (scheduler: emulated only; docs/schedulers.md)"
     )
+
+    @property
+    def blocks_on_this_host(self) -> bool:
+        """Whether blocks run on the driver's own host (the emulated site)."""
+        return self.scheduler == "emulated"
 
     @property
     def node_ranks(self) -> int:

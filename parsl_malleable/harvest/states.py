@@ -23,6 +23,7 @@ class CancelReason(StrEnum):
     YIELD = "yield"  # a native job needs the nodes: preemption, so TIMEOUT
     PARSL = "parsl"  # Parsl scaled the block in (or shut down): CANCELLED
     NOT_STARTED = "not-started"  # still pending after start_timeout_s: CANCELLED, never ran
+    STRAY = "stray"  # a job of ours no slot holds (a failed submit's, a duplicate): CANCELLED
 
 
 _BY_SCHEDULER: dict[JobState, ParslState] = {
@@ -55,6 +56,8 @@ def end_state(
         return ParslState.CANCELLED, "cancelled: did not start at once"
     if cancel_reason is CancelReason.PARSL:
         return ParslState.CANCELLED, "cancelled by Parsl"
+    if cancel_reason is CancelReason.STRAY:
+        return ParslState.CANCELLED, "cancelled: a job of ours that no block held"
     if state is JobState.UNKNOWN:
         if end_limit is not None and now is not None and now >= end_limit - LIMIT_SLACK_S:
             return ParslState.TIMEOUT, "left the queue at its time limit"

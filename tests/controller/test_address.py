@@ -21,7 +21,7 @@ def test_remote_blocks_without_an_address_are_refused_with_what_to_set():
     executor = HighThroughputExecutor(label="far", provider=SlurmProvider())
     with pytest.raises(ConfigError, match=r"executor 'far'.*set address= on harvest_executor"):
         controller_address(executor)
-    backfill = harvest_executor(BackfillProvider("perlmutter", autostart=False))
+    backfill = HighThroughputExecutor(provider=BackfillProvider("perlmutter", autostart=False))
     with pytest.raises(ConfigError, match="'address:' in the site profile"):
         controller_address(backfill)
 

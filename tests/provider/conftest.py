@@ -69,7 +69,10 @@ def all_nodes_idle(cluster: SlurmCluster) -> bool:
 def natives(slurm_cluster: SlurmCluster) -> Iterator[Natives]:  # noqa: F811
     # A node still completing a previous test's job is held by no job: the planner would
     # rightly count it out, and a wide queued job would not fit the test's picture.
-    wait_for(lambda: all_nodes_idle(slurm_cluster), 30)
+    # Slurm ends a cancelled job within KillWait (5 s) and takes its nodes back just after.
+    if not wait_for(lambda: all_nodes_idle(slurm_cluster), 60):
+        states = run_slurm(slurm_cluster, "sinfo", "-h", "-N", "-o", "%N %T")
+        pytest.fail(f"the cluster is not idle after 60 s (a job left behind?):\n{states}")
     jobs = Natives(slurm_cluster)
     yield jobs
     if jobs.ids:
@@ -103,8 +106,13 @@ def providers(
     for provider in made:
         provider.close()
 
-    def blocks_gone() -> bool:
-        out = run_slurm(slurm_cluster, "squeue", "-h", "-o", "%j", "-t", "PD,R,CG")
-        return not any(name.startswith("pm-block") for name in out.split())
+    def left() -> list[str]:
+        out = run_slurm(slurm_cluster, "squeue", "-h", "-o", "%i %j", "-t", "PD,R,CG")
+        return [row for row in out.splitlines() if " pm-block" in row]
 
-    wait_for(blocks_gone, 30)
+    # A block left after close() is a leak of the provider's: fail the test that made it,
+    # after cleaning up so the next test starts from an idle cluster.
+    if not wait_for(lambda: not left(), 60):
+        rows = left()
+        run_slurm(slurm_cluster, "scancel", *[row.split()[0] for row in rows])
+        pytest.fail(f"blocks left on the cluster after close(): {rows}")

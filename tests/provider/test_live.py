@@ -106,8 +106,9 @@ def test_status_mapping_cancelled_and_vanished(
     natives: Natives, providers: Make, tmp_path: Path
 ) -> None:
     # In "vanish" mode squeue answers everything except "what happened to these jobs"
-    # (--jobs): finished jobs vanish, as after MinJobAge.
+    # (--jobs), and scontrol knows no job: finished jobs vanish, as after MinJobAge.
     real = run_slurm(natives.cluster, "sh", "-c", "command -v squeue").strip()
+    real_scontrol = run_slurm(natives.cluster, "sh", "-c", "command -v scontrol").strip()
     mode = tmp_path / "mode"
     mode.write_text("real")
     env = _wrapper(
@@ -115,6 +116,13 @@ def test_status_mapping_cancelled_and_vanished(
         "squeue",
         f'if [ "$(cat {mode})" = vanish ]; then case "$*" in *--jobs*) exit 0;; esac; fi\n'
         f'exec {real} "$@"',
+    )
+    _wrapper(
+        tmp_path,
+        "scontrol",
+        f'if [ "$(cat {mode})" = vanish ]; then case "$*" in "show job"*)\n'
+        '  echo "slurm_load_jobs error: Invalid job id specified" >&2; exit 1;; esac; fi\n'
+        f'exec {real_scontrol} "$@"',
     )
     provider = providers(autostart=False, recycle=False, env={**natives.cluster.env, **env})
     cancelled = provider.submit("sleep 600", 1, "parsl.htex.block-0")

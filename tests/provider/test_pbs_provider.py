@@ -57,7 +57,9 @@ def test_blocks_go_to_the_pbs_queue_with_a_self_signal(
     assert record.planned_nodes == ("node02",) and record.phase is Phase.PENDING
     assert record.walltime_s == 780
     assert f"select={record.nodes_requested}" in qsub and "place=scatter:excl" in qsub
-    assert "-q backfill" in qsub and "-N pm-block-backfill-0" in qsub
+    # Each job's name is unique: the provider's tag, the Parsl block, the submit's number.
+    assert provider.tag.startswith("pm-block-backfill-") and record.name == f"{provider.tag}-0-0"
+    assert "-q backfill" in qsub and f"-N {record.name}" in qsub
     script = Path(qsub.split()[-1]).read_text()
     assert f"sleep {int(record.walltime_s - profile.signal_margin_s)}" in script
     assert "kill -USR1 $$" in script and "srun" not in script
