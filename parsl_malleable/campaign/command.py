@@ -49,17 +49,26 @@ def _output_for(campaign_file: Path, configured: str | None, given: Path | None)
     help="stop after this many seconds (jobs resume at the next run)",
 )
 @click.option("--quiet", is_flag=True, help="no live view; a summary line now and then")
+@click.option(
+    "--adopt-folder",
+    is_flag=True,
+    help="run into an output folder that holds another campaign: it becomes this one's "
+    "(the other's jobs stay listed there)",
+)
 def run(
     campaign_file: Path,
     output: Path | None,
     site: str | None,
     time_limit: float | None,
     quiet: bool,
+    adopt_folder: bool,
 ) -> None:
     """Train the jobs of CAMPAIGN_FILE on harvested nodes; rerun the same command to resume.
 
     Writes state.sqlite, campaign.log, results.csv, results.parquet, gantt.png and nodes.png
-    into the output folder.
+    into the output folder. The folder belongs to the campaign that first ran into it: the
+    same file, edited or not, resumes there; another campaign is refused unless
+    --adopt-folder is given.
     """
     from parsl_malleable.campaign.display import live_table
     from parsl_malleable.campaign.results import write_results
@@ -75,7 +84,9 @@ def run(
             changes["site_overrides"] = {}  # overrides were written for the campaign's own site
         campaign = campaign.model_copy(update=changes)
         folder = _output_for(campaign_file, campaign.output, output)
-        runner = CampaignRunner(campaign, folder, source=str(campaign_file))
+        runner = CampaignRunner(
+            campaign, folder, source=str(campaign_file), adopt_folder=adopt_folder
+        )
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
     # Only our warnings reach the terminal; everything is in campaign.log, and Parsl's own log
@@ -106,6 +117,8 @@ def run(
             outcome = runner.execute()
         except KeyboardInterrupt:
             outcome = None
+        except ConfigError as exc:  # the folder was taken after the check above
+            raise click.ClickException(str(exc)) from None
     from parsl_malleable.campaign.store import CampaignStore
 
     store = CampaignStore(folder)
@@ -154,8 +167,12 @@ def status(folder: Path, as_json: bool) -> None:
         runs = int(store.meta("runs") or 0)
         outcome = store.meta(f"run{runs}_outcome")
         live = (folder / "lifeline.json").exists() and outcome is None
+        owner = store.owner()
         meta = {
             "campaign_file": store.meta("campaign_file"),
+            # Which campaign the folder belongs to (None: written before folders recorded it).
+            "campaign": owner.name if owner else None,
+            "campaign_sha256": owner.sha256 if owner else None,
             "runs": str(runs),
             "state": "running now" if live else (outcome or "ended without a word (killed?)"),
         }

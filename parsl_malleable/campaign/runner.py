@@ -5,12 +5,18 @@ controller with the campaign's policy, submits every job not finished yet (each 
 last checkpoint in its folder, if any), and samples the controller and the site once a second
 into the campaign's SQLite state, the live display and, at the end, the results table and
 pictures. A watchdog process (:mod:`.watchdog`) cleans up after the driver if it is killed.
+
+Before anything starts, the runner refuses what could never work: a job whose ``min_nodes`` is
+above what the site can lend (:func:`~.spec.check_site_fits`), and an output folder that holds
+another campaign (:meth:`~.store.CampaignStore.check_owner`). A live site's node count is known
+only from its first snapshot; a job larger than that fails then, with the reason.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import sqlite3
 import threading
 import time
 from collections.abc import Callable
@@ -20,11 +26,12 @@ from pathlib import Path
 from typing import Any
 
 from parsl_malleable.campaign.sample import SiteCounts, job_sample, site_counts
-from parsl_malleable.campaign.spec import Campaign, JobEntry, resolve_app
-from parsl_malleable.campaign.store import CampaignStore
+from parsl_malleable.campaign.spec import Campaign, JobEntry, check_site_fits, resolve_app
+from parsl_malleable.campaign.store import CampaignIdentity, CampaignStore, FolderNote
 from parsl_malleable.campaign.watchdog import Lifeline
 from parsl_malleable.errors import ConfigError
 from parsl_malleable.harvest.profile import SiteProfile, load_profile, profile_from_mapping
+from parsl_malleable.snapshot import Snapshot
 
 logger = logging.getLogger(__name__)
 
@@ -71,6 +78,15 @@ def site_profile(campaign: Campaign, *, source: str = "<campaign>") -> SiteProfi
         ) from None
 
 
+def campaign_identity(campaign: Campaign, source: str) -> CampaignIdentity:
+    """The campaign's identity for its output folder: of the file ``source`` names (its stem
+    and the hash of its bytes), else of ``campaign``'s content, named ``source``."""
+    path = Path(source)
+    if path.is_file():
+        return CampaignIdentity.of_file(path)
+    return CampaignIdentity.of_content(source, campaign.model_dump(mode="json"))
+
+
 def latest_checkpoint_step(folder: Path) -> int | None:
     """The step of the newest checkpoint with a manifest in ``folder`` (None: none)."""
     from parsl_malleable.elastic.checkpoint import CheckpointStore
@@ -84,7 +100,15 @@ def latest_checkpoint_step(folder: Path) -> int | None:
 class CampaignRunner:
     """One driver run of ``campaign`` writing into ``output``.
 
+    ``source`` is the campaign file (messages name it, and the output folder records it as its
+    owner: pass the path so that a rerun of the edited file resumes; a campaign given without
+    one is the folder's owner only while its content stays the same). ``adopt_folder`` lets
+    the run take an output folder that holds another campaign (its jobs stay listed there).
     ``on_sample`` is called after each sample with the runner (the live display uses it).
+
+    Raises :class:`~parsl_malleable.errors.ConfigError` before anything starts when a job
+    cannot fit the site or the folder belongs to another campaign
+    (:class:`~.store.FolderOwnedError`).
     """
 
     def __init__(
@@ -95,13 +119,18 @@ class CampaignRunner:
         source: str = "<campaign>",
         sample_s: float = 1.0,
         on_sample: Callable[[CampaignRunner], None] | None = None,
+        adopt_folder: bool = False,
     ) -> None:
         self.campaign = campaign
         self.output = Path(output)
         self.source = source
         self.sample_s = sample_s
         self.on_sample = on_sample
+        self.adopt_folder = adopt_folder
         self.profile = site_profile(campaign, source=source)
+        check_site_fits(campaign, self.profile, source=source)
+        self.identity = campaign_identity(campaign, source)
+        self.check_folder()
         self.entries: dict[str, tuple[JobEntry, dict[str, Any]]] = {
             job.name: (job, params) for job, params in campaign.expanded()
         }
@@ -115,7 +144,24 @@ class CampaignRunner:
         self.idle_s = 0.0
         self._rescales_seen: dict[str, int] = {}
         self._finished: set[str] = set()
+        self._site_size_checked = False
         self._stop = threading.Event()
+
+    def check_folder(self) -> FolderNote | None:
+        """Whether this campaign may run into the output folder, reading it only (nothing is
+        written into a folder that is refused); the note a run would log, or
+        :class:`~.store.FolderOwnedError`."""
+        if not (self.output / CampaignStore.FILE).is_file():
+            return None
+        store = CampaignStore(self.output, read_only=True)
+        try:
+            return store.check_owner(self.identity, adopt=self.adopt_folder)
+        except sqlite3.OperationalError as exc:
+            if "no such table" not in str(exc):
+                raise
+            return None  # a driver died before it made its tables: nothing is in there yet
+        finally:
+            store.close()
 
     def stop(self) -> None:
         """Ask the loop to end after the current sample (jobs keep their state for a resume)."""
@@ -125,12 +171,18 @@ class CampaignRunner:
 
     def execute(self) -> RunOutcome:
         """Run until every job ended, the time limit, or :meth:`stop`."""
+        self.check_folder()  # again: the folder may have changed since the runner was made
         self.output.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.store = store = CampaignStore(self.output)
         with ExitStack() as stack:
             stack.callback(store.close)
+            note = store.claim(self.identity, adopt=self.adopt_folder)
             handler = _log_to(self.output / "campaign.log")
             stack.callback(logging.getLogger("parsl_malleable").removeHandler, handler)
+            if note is not None:
+                # An edited file or an adopted folder changes what the folder holds: say so on
+                # the terminal (WARNING reaches it); a renamed file or an old folder in the log.
+                logger.log(logging.WARNING if note.notable else logging.INFO, "%s", note)
             self.run = store.begin_run(self.source)
             changed = store.sync_jobs(
                 (name, job.model_dump(), params) for name, (job, params) in self.entries.items()
@@ -249,6 +301,7 @@ class CampaignRunner:
             now = time.time()
             dt, last = now - last, now
             self._sample(controller, provider, now, dt)
+            self.fail_jobs_larger_than_site(provider.last_snapshot)
             if cancel:
                 lifeline.set_jobs(cancel, [b.job_id for b in provider.blocks()])
             self._collect_ended()
@@ -281,6 +334,30 @@ class CampaignRunner:
             self.idle_s += site.idle * dt
         self.last_jobs, self.last_site = jobs, site
         self.store.record(now, self.run, dt, jobs, site.as_dict() if site else None)
+
+    def fail_jobs_larger_than_site(self, snapshot: Snapshot | None) -> list[str]:
+        """At the first snapshot, when the site's node count is known: fail every job of this
+        run whose ``min_nodes`` is above it, with the reason, instead of letting it wait
+        forever (the profile's limits were checked before the start; a live site's partition
+        may be smaller). The names of the jobs failed."""
+        if self._site_size_checked or snapshot is None:
+            return []
+        self._site_size_checked = True
+        size = len(snapshot.nodes)
+        failed = []
+        for name, job in self.jobs.items():
+            entry, _ = self.entries[name]
+            if entry.min_nodes <= size or job.ended:
+                continue
+            message = (
+                f"job {name}: min_nodes {entry.min_nodes} is more than the {size} node(s) site "
+                f"{self.profile.name!r} has (its scheduler's first snapshot); it could never "
+                "start: lower min_nodes or use a bigger site"
+            )
+            logger.error("%s", message)
+            job.fail(message)
+            failed.append(name)
+        return failed
 
     def _collect_ended(self) -> None:
         assert self.store is not None
@@ -319,4 +396,11 @@ def _log_to(path: Path) -> logging.Handler:
     return handler
 
 
-__all__ = ["RUN_ENV", "CampaignRunner", "RunOutcome", "latest_checkpoint_step", "site_profile"]
+__all__ = [
+    "RUN_ENV",
+    "CampaignRunner",
+    "RunOutcome",
+    "campaign_identity",
+    "latest_checkpoint_step",
+    "site_profile",
+]

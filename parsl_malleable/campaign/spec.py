@@ -5,7 +5,9 @@ A campaign names a site profile, a list of training jobs and sweeps that expand 
 folder. Every mistake is reported with its path in the file (``jobs[2].max_nodes``) and, where
 the value comes from a fixed set, the allowed values; apps are imported and their arguments
 checked against the training function's signature, so a typo fails in a second, not after the
-first block starts. See docs/campaigns.md.
+first block starts. With its site profile, every job's ``min_nodes`` is checked against the most
+nodes the site can lend (:func:`check_site_fits`): a job that could never start is an error,
+not a job that waits forever. See docs/campaigns.md.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import random
 import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -27,6 +29,9 @@ from parsl_malleable.allocate.objectives import OBJECTIVES
 from parsl_malleable.allocate.solve import SOLVERS
 from parsl_malleable.errors import ConfigError
 from parsl_malleable.inputs import SAFE_NAME
+
+if TYPE_CHECKING:
+    from parsl_malleable.harvest.profile import SiteProfile
 
 NAME = SAFE_NAME
 _NAME = re.compile(NAME)
@@ -325,6 +330,57 @@ def check_apps(campaign: Campaign, *, source: str = "<campaign>") -> None:
         raise ConfigError(f"{source}: " + "; ".join(problems))
 
 
+def site_capacity(profile: SiteProfile) -> tuple[int, str]:
+    """The most nodes one job can ever hold on the site of ``profile``, and the limit that sets
+    it (for messages), as far as the profile says: the cap on harvested nodes (``max_nodes``),
+    the blocks the provider keeps times their largest size, and on the emulated site its
+    virtual nodes. A live site's own node count is only known from its first snapshot (the
+    runner checks that then)."""
+    blocks = profile.max_blocks * profile.max_nodes_per_block
+    limits = []
+    if profile.emulated is not None:
+        limits.append((profile.emulated.nodes, f"its {profile.emulated.nodes} virtual nodes"))
+    limits += [
+        (profile.max_nodes, f"its max_nodes: {profile.max_nodes}, the cap on harvested nodes"),
+        (
+            blocks,
+            f"its max_blocks x max_nodes_per_block: {profile.max_blocks} x "
+            f"{profile.max_nodes_per_block}",
+        ),
+    ]
+    # min() keeps the first of equal limits: the site's own size says most to the user.
+    return min(limits, key=lambda limit: limit[0])
+
+
+def check_site_fits(
+    campaign: Campaign, profile: SiteProfile, *, source: str = "<campaign>"
+) -> None:
+    """:class:`ConfigError` naming every job whose ``min_nodes`` is above what the site can
+    lend (:func:`site_capacity`): it would wait forever without a word."""
+    capacity, why = site_capacity(profile)
+    problems = []
+    groups: tuple[tuple[str, Sequence[JobEntry | Sweep]], ...] = (
+        ("jobs", campaign.jobs),
+        ("sweeps", campaign.sweeps),
+    )
+    for kind, entries in groups:
+        for i, entry in enumerate(entries):
+            if entry.min_nodes <= capacity:
+                continue
+            if isinstance(entry, Sweep):
+                names = [job.name for job, _ in entry.expand()]
+                jobs = f"jobs {names[0]} .. {names[-1]}" if len(names) > 1 else f"job {names[0]}"
+            else:
+                jobs = f"job {entry.name}"
+            problems.append(
+                f"{kind}[{i}] ({jobs}): min_nodes {entry.min_nodes} is more than site "
+                f"{profile.name!r} can ever lend one job, {capacity} node(s) ({why}); "
+                "lower min_nodes, or raise that limit (site_overrides) if the site has the nodes"
+            )
+    if problems:
+        raise ConfigError(f"{source}: " + "; ".join(problems))
+
+
 def load_campaign(path: str | Path) -> Campaign:
     """Read, validate and check the apps of a campaign file."""
     path = Path(path)
@@ -364,7 +420,9 @@ __all__ = [
     "RandomSearch",
     "Sweep",
     "check_apps",
+    "check_site_fits",
     "load_campaign",
     "parse_campaign",
     "resolve_app",
+    "site_capacity",
 ]

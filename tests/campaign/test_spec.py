@@ -1,4 +1,5 @@
-"""Campaign files: every kind of mistake is caught before anything starts, with its path."""
+"""Campaign files: every kind of mistake is caught before anything starts, with its path; a job
+larger than its site is one of them."""
 
 from __future__ import annotations
 
@@ -8,8 +9,13 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from parsl_malleable.campaign.runner import site_profile
-from parsl_malleable.campaign.spec import load_campaign, parse_campaign
+from parsl_malleable.campaign.runner import CampaignRunner, site_profile
+from parsl_malleable.campaign.spec import (
+    check_site_fits,
+    load_campaign,
+    parse_campaign,
+    site_capacity,
+)
 from parsl_malleable.cli import main
 from parsl_malleable.errors import ConfigError
 
@@ -155,3 +161,88 @@ def test_the_command_refuses_a_bad_campaign_before_starting(tmp_path: Path) -> N
     assert result.exit_code == 1
     assert "min_nodes (2) > max_nodes (1)" in result.output
     assert not (tmp_path / "o").exists()
+
+
+def test_a_job_larger_than_the_site_is_refused_before_starting(tmp_path: Path) -> None:
+    # time_limit_s keeps a run that should have been refused short (the job would wait).
+    data = {
+        "jobs": [job(min_nodes=2, max_nodes=2), job(name="big", min_nodes=8, max_nodes=8)],
+        "time_limit_s": 5,
+        "output": str(tmp_path / "o"),
+    }
+    result = CliRunner().invoke(main, ["run", str(write(tmp_path, data))])
+    assert result.exit_code == 1, result.output
+    text = " ".join(result.output.split())
+    assert "jobs[1] (job big): min_nodes 8 is more than site 'emulated' can ever lend" in text
+    assert "6 node(s) (its 6 virtual nodes)" in text
+    assert "jobs[0]" not in text  # the job that fits is not reported
+    assert not (tmp_path / "o").exists()
+
+
+def test_the_site_size_comes_from_the_profile_and_its_overrides(tmp_path: Path) -> None:
+    sweep = {"name": "s", "app": APP, "min_nodes": 4, "max_nodes": 4, "grid": {"lr": [0.1, 0.2]}}
+    ok = parse_campaign({"site": "local-slurm", "sweeps": [sweep]})
+    check_site_fits(ok, site_profile(ok))  # 6 harvested nodes at most: fits
+    one_block = parse_campaign(
+        {"site": "local-slurm", "site_overrides": {"max_blocks": 1}, "sweeps": [sweep]}
+    )
+    with pytest.raises(ConfigError) as caught:
+        check_site_fits(one_block, site_profile(one_block), source="c.yaml")
+    assert str(caught.value) == (
+        "c.yaml: sweeps[0] (jobs s-0 .. s-1): min_nodes 4 is more than site 'local-slurm' can "
+        "ever lend one job, 3 node(s) (its max_blocks x max_nodes_per_block: 1 x 3); lower "
+        "min_nodes, or raise that limit (site_overrides) if the site has the nodes"
+    )
+    capped = parse_campaign(
+        {"site": "emulated", "site_overrides": {"max_nodes": 3}, "sweeps": [sweep]}
+    )
+    assert site_capacity(site_profile(capped)) == (
+        3,
+        "its max_nodes: 3, the cap on harvested nodes",
+    )
+    # --site checks the job against the site it names, not the campaign's.
+    small = tmp_path / "small.yaml"
+    small.write_text(yaml.safe_dump({**site_profile(ok).model_dump(), "max_nodes": 2}))
+    path = write(tmp_path, {"jobs": [job(min_nodes=4, max_nodes=4)], "output": str(tmp_path / "o")})
+    result = CliRunner().invoke(main, ["run", str(path), "--site", str(small)])
+    assert result.exit_code == 1 and "min_nodes 4 is more than site 'local-slurm'" in result.output
+    assert "2 node(s) (its max_nodes: 2" in result.output
+
+
+def test_a_job_larger_than_the_first_snapshot_fails_instead_of_waiting(tmp_path: Path) -> None:
+    from concurrent.futures import Future
+
+    from parsl_malleable.app import ElasticJobError
+    from parsl_malleable.campaign.store import CampaignStore
+    from parsl_malleable.snapshot import Node, NodeState, Snapshot
+
+    class Job:  # what the runner reads of an ElasticJob
+        def __init__(self) -> None:
+            self.future: Future[object] = Future()
+            self.warnings: list[str] = []
+
+        @property
+        def ended(self) -> bool:
+            return self.future.done()
+
+        def fail(self, message: str) -> None:
+            self.future.set_exception(ElasticJobError(message))
+
+    # The profile lets 6 nodes be harvested; the partition the scheduler reports has 3.
+    campaign = parse_campaign(
+        {"site": "local-slurm", "jobs": [job(min_nodes=4, max_nodes=4), job(name="b")]}
+    )
+    runner = CampaignRunner(campaign, tmp_path, source="c.yaml")
+    runner.store = CampaignStore(tmp_path)
+    runner.store.sync_jobs((j.name, j.model_dump(), p) for j, p in campaign.expanded())
+    runner.jobs = {"a": Job(), "b": Job()}
+    assert runner.fail_jobs_larger_than_site(None) == []  # no snapshot yet: not known
+    nodes = [Node(f"n{i}", NodeState.IDLE) for i in range(3)]
+    assert runner.fail_jobs_larger_than_site(Snapshot(now=0.0, nodes=nodes)) == ["a"]
+    assert runner.fail_jobs_larger_than_site(Snapshot(now=1.0, nodes=nodes[:1])) == []  # once
+    runner._collect_ended()
+    rows = {r.name: r for r in runner.store.jobs()}
+    assert rows["a"].status == "failed" and rows["b"].status == "waiting"
+    assert rows["a"].error is not None
+    assert "job a: min_nodes 4 is more than the 3 node(s) site 'local-slurm' has" in rows["a"].error
+    runner.store.close()
