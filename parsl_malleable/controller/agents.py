@@ -3,31 +3,34 @@
 An agent's first message (``hello``) says where it runs; the reply is its first order. After
 that each message is a report (``done``: the ranks it ran have ended) and each reply the next
 order (``terminated``: the agent's process got SIGTERM and ends; the reply is ``exit``). Orders
-wait in the agent's queue until the controller puts one there. A connection
-first answers the same challenge as the coordinator's
-(:func:`~parsl_malleable.elastic.wire.challenge`: HMAC-SHA256 of a fresh nonce with the
-controller's secret, which never crosses this link); one that has not said ``hello`` within
-``hello_timeout_s`` is dropped, and at most ``MAX_UNAUTHENTICATED`` may be at that stage at once.
-A closed connection means the agent is gone.
+wait in the agent's queue until the controller puts one there. The link runs on the job
+servers' :class:`~parsl_malleable.elastic.message_server.MessageServer`: a connection first
+answers the same challenge as the coordinator's (HMAC-SHA256 of a fresh nonce with the
+controller's secret, which never crosses this link) without holding a thread, strangers are
+capped and the oldest evicted, and the challenge and both hellos share one deadline,
+``hello_timeout_s`` from the accept. Hellos and reports are validated (:class:`AgentHello`,
+:class:`AgentReport`): a malformed one is answered with an ``error`` and never reaches the
+controller. A closed connection means the agent is gone.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import queue
-import socket
-import socketserver
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from parsl_malleable.elastic.wire import LineReader, challenge, send_message
+from pydantic import Field
+
+from parsl_malleable.elastic.message_server import Connection, Limits, MessageServer
+from parsl_malleable.elastic.messages import Hello, Refusal, Request, parse
+from parsl_malleable.elastic.wire import send_message
 
 logger = logging.getLogger(__name__)
 
-MAX_UNAUTHENTICATED = 32
 # A report's status when the agent's process got SIGTERM and ends after this report.
 TERMINATED = "terminated"
 
@@ -50,119 +53,141 @@ class AgentLink:
     connected: bool = True
 
 
-Hello = Callable[[dict[str, Any]], AgentLink | None]
-Report = Callable[[AgentLink, dict[str, Any]], None]
-Gone = Callable[[AgentLink], None]
+OnHello = Callable[[dict[str, Any]], AgentLink | None]
+OnReport = Callable[[AgentLink, dict[str, Any]], None]
+OnGone = Callable[[AgentLink], None]
 
 
-class _Handler(socketserver.BaseRequestHandler):
-    server: AgentServer
-
-    def handle(self) -> None:
-        sock: socket.socket = self.request
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sock.settimeout(self.server.hello_timeout_s)
-        reader = LineReader(sock)
-        link: AgentLink | None = None
-        with self.server.lock:
-            if self.server.unauthenticated >= MAX_UNAUTHENTICATED:
-                logger.warning("agent link: too many connections without a hello; dropping one")
-                return
-            self.server.unauthenticated += 1
-            self.server.sockets.add(sock)
-        waiting = True
-        try:
-            if not challenge(sock, reader, self.server.token):
-                logger.warning("agent connection that failed the challenge dropped")
-                return
-            message = reader.read()
-            if message is None or message.get("op") != "hello":
-                return
-            send_message(sock, {"ok": True})  # the client's own greeting ("hello" op)
-            message = reader.read()
-            if message is None or message.get("op") != "hello":
-                return
-            sock.settimeout(None)  # ranks run for hours between two reports
-            waiting = False
-            with self.server.lock:
-                self.server.unauthenticated -= 1
-            link = self.server.on_hello(message)
-            if link is None:
-                send_message(sock, {"action": "exit", "reason": "not wanted"})
-                return
-            while True:
-                order = self._next_order(link)
-                send_message(sock, order)
-                if order.get("action") in ("exit", "refresh"):
-                    return
-                report = reader.read()
-                if report is None:
-                    return
-                self.server.on_report(link, report)
-                if report.get("status") == TERMINATED:
-                    # Its process ends now (a preemption's notice): no order will be read.
-                    send_message(sock, {"action": "exit", "reason": "its node is being taken"})
-                    return
-        except (OSError, ValueError) as exc:
-            logger.debug("agent connection ended: %s", exc)
-        finally:
-            with self.server.lock:
-                self.server.sockets.discard(sock)
-                if waiting:
-                    self.server.unauthenticated -= 1
-            if link is not None:
-                link.connected = False
-                self.server.on_gone(link)
-
-    def _next_order(self, link: AgentLink) -> dict[str, Any]:
-        while True:
-            try:
-                return link.orders.get(timeout=0.5)
-            except queue.Empty:
-                if self.server.closing.is_set():
-                    return {"action": "exit", "reason": "controller closed"}
+Name = Annotated[str, Field(min_length=1, max_length=256)]
 
 
-class AgentServer(socketserver.ThreadingTCPServer):
+class AgentHello(Request):
+    """Where an agent runs (:func:`~parsl_malleable.controller.agent.where_am_i`) and which
+    jobs its task carries."""
+
+    op: Literal["hello"]
+    agent: Name
+    jobs: list[Name] = []
+    node: str | None = None
+    pool: str | None = None
+    block: str | None = None
+    job_id: str | None = None
+    local_rank: Annotated[int, Field(ge=0)] = 0
+    local_size: int = 1  # the controller takes at least 1
+    host: str | None = None
+    pid: int | None = None
+
+
+class AgentReport(Request):
+    """The ranks an agent ran have ended: how (``status``) and why."""
+
+    op: Literal["done"]
+    agent: Name
+    job: str | None = None
+    status: str
+    reason: str = ""
+
+
+GREETING = {"hello": Hello}
+HELLO = {"hello": AgentHello}
+REPORT = {"done": AgentReport}
+
+
+class AgentServer(MessageServer):
     """Serves agents for one controller on ``(host, port)``."""
-
-    daemon_threads = True
-    allow_reuse_address = True
-    request_queue_size = 128  # every worker of a new block connects at once
 
     def __init__(
         self,
         address: tuple[str, int],
         token: str,
-        on_hello: Hello,
-        on_report: Report,
-        on_gone: Gone,
+        on_hello: OnHello,
+        on_report: OnReport,
+        on_gone: OnGone,
         hello_timeout_s: float = 10.0,
+        limits: Limits | None = None,
     ) -> None:
         self.token = token
         self.on_hello = on_hello
         self.on_report = on_report
         self.on_gone = on_gone
         self.hello_timeout_s = hello_timeout_s
-        self.lock = threading.Lock()
-        self.unauthenticated = 0
-        self.sockets: set[socket.socket] = set()
         self.closing = threading.Event()
-        super().__init__(address, _Handler)
-
-    def start(self) -> None:
-        """Serve in a daemon thread."""
-        threading.Thread(target=self.serve_forever, name="controller-agents", daemon=True).start()
+        limits = limits or Limits(handshake_s=hello_timeout_s)
+        super().__init__(address, token, self._serve, "agent link", limits)
 
     def close(self) -> None:
         """Stop serving and drop every agent connection (agents then end)."""
         self.closing.set()
-        self.shutdown()
-        self.server_close()
-        with self.lock:
-            for sock in list(self.sockets):
-                with contextlib.suppress(OSError):
-                    sock.shutdown(socket.SHUT_RDWR)
+        super().close()
+
+    def _serve(self, connection: Connection) -> None:
+        hello = self._hello(connection)
+        if hello is None:
+            return
+        sock = connection.sock
+        sock.settimeout(None)  # ranks run for hours between two reports
+        link = self.on_hello(hello.to_json())
+        if link is None:
+            send_message(sock, {"action": "exit", "reason": "not wanted"})
+            return
+        try:
+            while True:
+                order = self._next_order(link)
+                send_message(sock, order)
+                if order.get("action") in ("exit", "refresh"):
+                    return
+                report = self._report(connection)
+                if report is None:
+                    return
+                self.on_report(link, report.to_json())
+                if report.status == TERMINATED:
+                    # Its process ends now (a preemption's notice): no order will be read.
+                    send_message(sock, {"action": "exit", "reason": "its node is being taken"})
+                    return
+        finally:
+            link.connected = False
+            self.on_gone(link)
+
+    def _hello(self, connection: Connection) -> AgentHello | None:
+        """The client's greeting, then the agent's hello, both before the handshake's
+        deadline; ``None`` (the peer was told why, where it said something) drops it."""
+        sock, reader = connection.sock, connection.reader
+        for stage, models in (("greeting", GREETING), ("hello", HELLO)):
+            left = connection.deadline - time.monotonic()
+            if left <= 0:
+                return None
+            sock.settimeout(left)
+            raw = reader.read()
+            if raw is None:
+                return None
+            message = parse(models, raw)
+            if isinstance(message, Refusal):
+                send_message(sock, message.to_json())
+                logger.debug("agent link: %s refused: %s", stage, message.error)
+                return None
+            if stage == "greeting":
+                send_message(sock, {"ok": True})  # the client's own greeting ("hello" op)
+            elif isinstance(message, AgentHello):
+                return message
+        return None
+
+    def _report(self, connection: Connection) -> AgentReport | None:
+        """The agent's next valid report (a malformed one is answered and skipped)."""
+        while (raw := connection.reader.read()) is not None:
+            report = parse(REPORT, raw)
+            if isinstance(report, AgentReport):
+                return report
+            assert isinstance(report, Refusal)
+            send_message(connection.sock, report.to_json())
+        return None
+
+    def _next_order(self, link: AgentLink) -> dict[str, Any]:
+        while True:
+            try:
+                return link.orders.get(timeout=0.5)
+            except queue.Empty:
+                if self.closing.is_set():
+                    return {"action": "exit", "reason": "controller closed"}
 
 
-__all__ = ["TERMINATED", "AgentLink", "AgentServer"]
+__all__ = ["TERMINATED", "AgentHello", "AgentLink", "AgentReport", "AgentServer"]

@@ -1,28 +1,31 @@
-"""The coordinator's TCP front end: one thread per connection, JSON lines, challenge first.
+"""The coordinator's TCP front end: the rank protocol on an authenticated message server.
 
-Request connections get one reply per request (some block until an assignment exists). A
-liveness connection carries pings from the rank and notices to it; its loss or silence marks
-the rank dead. Each connection is first sent a random nonce and must answer with
-:func:`~parsl_malleable.elastic.wire.proof` of the job's token within ``AUTH_TIMEOUT_S``; at
-most ``MAX_UNAUTHENTICATED`` may be at that stage at once, so idle or garbage connections cannot
-hold threads (200 idle ones were once all kept, forever).
+Connections pass the challenge in :class:`~parsl_malleable.elastic.message_server.MessageServer`
+(no thread until then; one absolute deadline, ``AUTH_TIMEOUT_S``; strangers capped and the oldest
+evicted, so they cannot keep ranks out). Then each gets a thread here. A request connection gets
+one reply per request (some block until an assignment exists); every request is validated
+(:data:`~parsl_malleable.elastic.messages.COORDINATOR_REQUESTS`) and a malformed one answered
+with an ``error``, the connection kept. A liveness connection carries pings from the rank and
+notices to it; its loss or silence marks the rank dead.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import socket
-import socketserver
-import threading
+from dataclasses import replace
 from typing import Any, Protocol
 
-from parsl_malleable.elastic.wire import LineReader, challenge, send_message
+from parsl_malleable.elastic.message_server import Connection, Limits, MessageServer
+from parsl_malleable.elastic.messages import COORDINATOR_REQUESTS, Liveness, Refusal, parse
+from parsl_malleable.elastic.wire import send_message
 
 logger = logging.getLogger(__name__)
 
-AUTH_TIMEOUT_S = 10.0
-MAX_UNAUTHENTICATED = 32
+# Read when a server is made (tests change them). AUTH_TIMEOUT_S: the whole handshake, from
+# accept to proof; LIMITS: the rest of what strangers may hold.
+AUTH_TIMEOUT_S = 5.0
+LIMITS = Limits()
 
 
 class ServedCoordinator(Protocol):
@@ -49,48 +52,41 @@ class ServedCoordinator(Protocol):
         ...
 
 
-class _Handler(socketserver.StreamRequestHandler):
-    server: CoordinatorServer
+class CoordinatorServer(MessageServer):
+    """Serves one coordinator; :meth:`drop_connections` ends every open rank connection."""
 
-    def handle(self) -> None:
-        coordinator = self.server.coordinator
-        sock: socket.socket = self.request
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        reader = LineReader(sock)
-        with self.server.connections_lock:
-            if self.server.unauthenticated >= MAX_UNAUTHENTICATED:
-                logger.warning("coordinator: too many connections without a token; dropping one")
-                return
-            self.server.unauthenticated += 1
-            self.server.connections.add(sock)
-        waiting = True
-        sock.settimeout(self.server.auth_timeout_s)
-        try:
-            if not challenge(sock, reader, coordinator.token):
-                return
-            # Ranks may be quiet for long between requests once they are known.
-            sock.settimeout(None)
-            waiting = False
-            with self.server.connections_lock:
-                self.server.unauthenticated -= 1
-            while True:
-                message = reader.read()
-                if message is None:
-                    return
-                if message.get("op") == "liveness":
-                    self._liveness(sock, reader, str(message.get("member")))
-                    return
-                send_message(sock, coordinator.handle(message))
-        except (OSError, ValueError) as exc:
-            logger.debug("coordinator connection ended: %s", exc)
-        finally:
-            with self.server.connections_lock:
-                self.server.connections.discard(sock)
-                if waiting:
-                    self.server.unauthenticated -= 1
+    def __init__(
+        self,
+        address: tuple[str, int],
+        coordinator: ServedCoordinator,
+        auth_timeout_s: float | None = None,
+        limits: Limits | None = None,
+    ) -> None:
+        self.coordinator = coordinator
+        timeout = AUTH_TIMEOUT_S if auth_timeout_s is None else auth_timeout_s
+        limits = limits or replace(LIMITS, handshake_s=timeout)
+        super().__init__(address, coordinator.token, self._serve, "coordinator", limits)
 
-    def _liveness(self, sock: socket.socket, reader: LineReader, member_id: str) -> None:
-        coordinator = self.server.coordinator
+    def _serve(self, connection: Connection) -> None:
+        sock, reader = connection.sock, connection.reader
+        while (raw := reader.read()) is not None:
+            request = parse(COORDINATOR_REQUESTS, raw)
+            if isinstance(request, Refusal):
+                send_message(sock, request.to_json())
+                continue
+            if isinstance(request, Liveness):
+                self._liveness(connection, request.member)
+                return
+            try:
+                reply = self.coordinator.handle(request.to_json())
+            except Exception as exc:  # the rank gets an answer; the next request is served
+                logger.exception("coordinator: %r request failed", request.op)
+                reply = Refusal(error=f"internal error: {type(exc).__name__}").to_json()
+            send_message(sock, reply)
+
+    def _liveness(self, connection: Connection, member_id: str) -> None:
+        coordinator = self.coordinator
+        sock, reader = connection.sock, connection.reader
         send_message(sock, {"ok": True})
         sock.settimeout(coordinator.heartbeat_timeout_s)
         coordinator.liveness_opened(member_id, sock)
@@ -105,29 +101,4 @@ class _Handler(socketserver.StreamRequestHandler):
         coordinator.member_lost(member_id, why)
 
 
-class CoordinatorServer(socketserver.ThreadingTCPServer):
-    """Serves one coordinator; :meth:`drop_connections` ends every open connection."""
-
-    daemon_threads = True
-    allow_reuse_address = True
-    request_queue_size = 128  # a job's ranks connect at once; the default backlog is 5
-
-    def __init__(
-        self,
-        address: tuple[str, int],
-        coordinator: ServedCoordinator,
-        auth_timeout_s: float | None = None,
-    ) -> None:
-        self.coordinator = coordinator
-        self.auth_timeout_s = AUTH_TIMEOUT_S if auth_timeout_s is None else auth_timeout_s
-        self.unauthenticated = 0
-        self.connections: set[socket.socket] = set()
-        self.connections_lock = threading.Lock()
-        super().__init__(address, _Handler)
-
-    def drop_connections(self) -> None:
-        """Shut down every open rank connection so blocked ranks see the job end."""
-        with self.connections_lock:
-            for sock in list(self.connections):
-                with contextlib.suppress(OSError):
-                    sock.shutdown(socket.SHUT_RDWR)
+__all__ = ["AUTH_TIMEOUT_S", "LIMITS", "CoordinatorServer", "ServedCoordinator"]

@@ -1,9 +1,15 @@
-"""JSON-lines messages between ranks and the membership coordinator.
+"""JSON-lines messages between ranks and the membership coordinator: the client side.
 
 One request, one reply, each a single JSON object on one line. Every connection starts with a
 challenge: the coordinator sends a random nonce and the client answers with
 HMAC-SHA256(job token, nonce) (:func:`proof`), so a stray client (or another job's rank) cannot
-change a job's membership, and the token itself never crosses the wire.
+change a job's membership, and the token itself never crosses the wire. The server side is
+:mod:`~parsl_malleable.elastic.message_server`; the messages' shapes are
+:mod:`~parsl_malleable.elastic.messages`.
+
+A server under a flood of strangers may evict a handshake in progress (it tells the client
+``busy``, or just closes): connecting then retries with backoff for ``retry_for_s``. A wrong
+token, a server that speaks another protocol, or none listening is not retried.
 """
 
 from __future__ import annotations
@@ -12,19 +18,38 @@ import contextlib
 import hashlib
 import hmac
 import json
-import secrets
+import logging
 import socket
 import threading
 from collections.abc import Callable
 from typing import Any
 
+from pydantic import ValidationError
+from tenacity import (
+    RetryCallState,
+    Retrying,
+    retry_if_exception_type,
+    stop_after_delay,
+    wait_random_exponential,
+)
+
+from parsl_malleable.elastic.messages import Challenge, Refusal
 from parsl_malleable.errors import MalleableError
 
+logger = logging.getLogger(__name__)
+
 MAX_LINE = 1 << 20
+# How long a client keeps retrying handshakes that a busy server evicted.
+RETRY_FOR_S = 30.0
 
 
 class CoordinatorUnavailable(MalleableError):
     """The coordinator cannot be reached, or closed the connection (the job has ended)."""
+
+
+class HandshakeBusy(CoordinatorUnavailable):
+    """The server dropped this connection during its handshake (it was evicted by newcomers, or
+    every handler slot was taken): a new connection may get in."""
 
 
 def proof(token: str, nonce: str) -> str:
@@ -38,22 +63,15 @@ def derive_secret(secret: str, purpose: str) -> str:
     return hmac.new(secret.encode(), purpose.encode(), hashlib.sha256).hexdigest()
 
 
-def challenge(sock: socket.socket, reader: LineReader, token: str) -> bool:
-    """Server side of the handshake: send a fresh nonce, check the answer is
-    :func:`proof` of ``token``. ``False`` (after telling the peer, where it answered) means the
-    caller must close the connection. The socket's timeout bounds the wait."""
-    nonce = secrets.token_hex(32)
-    send_message(sock, {"challenge": nonce})
-    answer = reader.read()
-    if answer is None:
-        return False
-    if answer.get("op") != "auth" or not hmac.compare_digest(
-        str(answer.get("mac", "")), proof(token, nonce)
-    ):
-        send_message(sock, {"error": "bad token"})
-        return False
-    send_message(sock, {"ok": True})
-    return True
+def _refused(reply: dict[str, Any], where: str) -> MalleableError:
+    """What an ``error`` reply to the handshake means for the client."""
+    try:
+        refusal = Refusal.model_validate(reply)
+    except ValidationError:
+        return CoordinatorUnavailable(f"coordinator {where} sent no challenge")
+    if refusal.retry:
+        return HandshakeBusy(f"coordinator {where} is busy: {refusal.error}")
+    return MalleableError(f"coordinator refused the connection: {refusal.error}")
 
 
 def _authenticate(
@@ -64,21 +82,62 @@ def _authenticate(
     sock.settimeout(timeout_s)
     try:
         offer = reader.read()
-        if offer is None or not isinstance(offer.get("challenge"), str):
-            raise CoordinatorUnavailable(f"coordinator {where} sent no challenge")
-        send_message(sock, {"op": "auth", "mac": proof(token, offer["challenge"])})
+        if offer is None:
+            raise HandshakeBusy(f"coordinator {where} closed the connection before its challenge")
+        if "challenge" not in offer:
+            raise _refused(offer, where)
+        try:
+            nonce = Challenge.model_validate(offer).challenge
+        except ValidationError:
+            raise CoordinatorUnavailable(f"coordinator {where} sent no challenge") from None
+        send_message(sock, {"op": "auth", "mac": proof(token, nonce)})
         reply = reader.read()
         if reply is None:
-            raise CoordinatorUnavailable(f"coordinator {where} closed during authentication")
+            raise HandshakeBusy(f"coordinator {where} closed during authentication")
         if "error" in reply:
-            raise MalleableError(f"coordinator refused the connection: {reply['error']}")
-    except (OSError, ValueError) as exc:
-        sock.close()
-        raise CoordinatorUnavailable(f"coordinator {where}: authentication failed: {exc}") from exc
+            raise _refused(reply, where)
     except MalleableError:
         sock.close()
         raise
+    except (ConnectionResetError, BrokenPipeError) as exc:
+        # An evicted handshake whose answer the server never read ends in a reset.
+        sock.close()
+        raise HandshakeBusy(f"coordinator {where} reset the connection: {exc}") from exc
+    except (OSError, ValueError) as exc:
+        sock.close()
+        raise CoordinatorUnavailable(f"coordinator {where}: authentication failed: {exc}") from exc
     sock.settimeout(None)
+
+
+def _log_retry(state: RetryCallState) -> None:
+    error = state.outcome.exception() if state.outcome is not None else None
+    logger.debug("handshake attempt %d failed (%s); retrying", state.attempt_number, error)
+
+
+def open_authenticated(
+    host: str, port: int, token: str, timeout_s: float = 10.0, retry_for_s: float = RETRY_FOR_S
+) -> tuple[socket.socket, LineReader]:
+    """A connection that passed the server's challenge, and its reader.
+
+    ``timeout_s`` bounds the connect and each handshake read; handshakes the server evicted
+    (:class:`HandshakeBusy`) are retried with jittered exponential backoff for ``retry_for_s``.
+    """
+    where = f"{host}:{port}"
+
+    def attempt() -> tuple[socket.socket, LineReader]:
+        sock = _connect(host, port, timeout_s)
+        reader = LineReader(sock)
+        _authenticate(sock, reader, token, where, timeout_s)
+        return sock, reader
+
+    retrying = Retrying(
+        retry=retry_if_exception_type(HandshakeBusy),
+        wait=wait_random_exponential(multiplier=0.05, max=2.0),
+        stop=stop_after_delay(retry_for_s),
+        before_sleep=_log_retry,
+        reraise=True,
+    )
+    return retrying(attempt)
 
 
 def send_message(sock: socket.socket, message: dict[str, Any]) -> None:
@@ -87,11 +146,14 @@ def send_message(sock: socket.socket, message: dict[str, Any]) -> None:
 
 
 class LineReader:
-    """Reads newline-terminated JSON objects from a socket, keeping any partial tail."""
+    """Reads newline-terminated JSON objects from a socket, keeping any partial tail.
 
-    def __init__(self, sock: socket.socket) -> None:
+    ``buffered``: bytes already read from the socket (what followed the handshake's line).
+    """
+
+    def __init__(self, sock: socket.socket, buffered: bytes = b"") -> None:
         self._sock = sock
-        self._buffer = b""
+        self._buffer = buffered
 
     def read(self) -> dict[str, Any] | None:
         """The next message, or ``None`` when the peer closed the connection."""
@@ -112,13 +174,20 @@ class LineReader:
 class CoordinatorClient:
     """A rank's request connection to the coordinator (thread-safe, one request at a time)."""
 
-    def __init__(self, host: str, port: int, token: str, connect_timeout_s: float = 10.0) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        token: str,
+        connect_timeout_s: float = 10.0,
+        retry_for_s: float = RETRY_FOR_S,
+    ) -> None:
         self.host = host
         self.port = port
         self._lock = threading.Lock()
-        self._sock = _connect(host, port, connect_timeout_s)
-        self._reader = LineReader(self._sock)
-        _authenticate(self._sock, self._reader, token, f"{host}:{port}", connect_timeout_s)
+        self._sock, self._reader = open_authenticated(
+            host, port, token, connect_timeout_s, retry_for_s
+        )
         self.request("hello")
 
     @property
@@ -165,9 +234,7 @@ class Heartbeat:
         interval_s: float = 1.0,
         on_notice: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
-        self._sock = _connect(host, port, 10.0)
-        self._reader = LineReader(self._sock)
-        _authenticate(self._sock, self._reader, token, f"{host}:{port}", 10.0)
+        self._sock, self._reader = open_authenticated(host, port, token)
         send_message(self._sock, {"op": "liveness", "member": member_id})
         if self._reader.read() is None:
             raise CoordinatorUnavailable(f"coordinator {host}:{port} refused liveness connection")

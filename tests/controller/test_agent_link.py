@@ -1,21 +1,26 @@
 """The controller's agent link: the same challenge as the coordinator, never the secret on the
 wire; a wrong secret never reaches the controller; idle connections are dropped; the agent
-client (CoordinatorClient, as run_agent uses it) gets through and receives its order."""
+client (CoordinatorClient, as run_agent uses it) gets through and receives its order, also past
+200 idle and 32 slow-drip connections; malformed hellos and reports never reach the controller."""
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
 
 from parsl_malleable.controller.agent import coordinator_token
 from parsl_malleable.controller.agents import AgentLink, AgentServer
+from parsl_malleable.elastic.message_server import Limits
 from parsl_malleable.elastic.wire import CoordinatorClient, LineReader, proof, send_message
 from parsl_malleable.errors import MalleableError
+from tests.elastic.hostile import DRIP, IDLE, Probe
 from tests.elastic.listening import chosen_address, listening
 
 SECRET = "controller-secret"
@@ -143,3 +148,91 @@ def test_a_terminated_agent_is_answered_exit_without_waiting_for_an_order() -> N
         client.close()
     finally:
         server.close()
+
+
+def test_malformed_hellos_and_reports_never_reach_the_controller(served) -> None:
+    server, recorder = served
+    client = CoordinatorClient(*server.server_address, SECRET)
+    with pytest.raises(MalleableError, match="bad 'hello' request: local_rank"):
+        client.request("hello", agent="a", jobs=["job"], local_rank="first")
+    client.close()
+    client = CoordinatorClient(*server.server_address, SECRET)
+    with pytest.raises(MalleableError, match="bad 'hello' request: agent: Field required"):
+        client.request("hello", jobs=["job"])
+    client.close()
+    assert not recorder.said_hello.is_set()
+
+    reports: list[dict[str, Any]] = []
+
+    def hello(message: dict[str, Any]) -> AgentLink:
+        link = AgentLink("a", "pool-1", "node", "b", "0", 0, 1, frozenset({"job"}))
+        link.orders.put({"action": "run", "job": "job", "member": "m", "host": "h", "port": 1})
+        link.orders.put({"action": "exit", "reason": "test"})
+        return link
+
+    other = AgentServer(("127.0.0.1", 0), SECRET, hello, lambda _, r: reports.append(r), print)
+    other.start()
+    try:
+        client = CoordinatorClient(*other.server_address, SECRET)
+        assert client.request("hello", agent="a", jobs=["job"])["action"] == "run"
+        with pytest.raises(MalleableError, match="bad 'done' request: status"):
+            client.request("done", agent="a", job="job")
+        # The link goes on: the next, well-formed report gets the next order.
+        assert client.request("done", agent="a", job="job", status="left")["action"] == "exit"
+        assert reports == [{"op": "done", "agent": "a", "job": "job", "status": "left"}]
+        client.close()
+    finally:
+        other.close()
+
+
+# "fits": the default limits hold the whole probe, which the deadline drops and it reopens;
+# "exceeds": 32 per address (the old cap), so newcomers evict the oldest strangers all the time.
+PROBE_LIMITS = {
+    "fits": Limits(handshake_s=3.0),
+    "exceeds": Limits(handshake_s=3.0, pending_per_address=32),
+}
+
+
+@pytest.mark.parametrize("limits", sorted(PROBE_LIMITS))
+def test_agents_register_past_idle_and_slow_drip_connections(limits, caplog) -> None:
+    recorder = Recorder()
+    server = AgentServer(
+        ("127.0.0.1", 0), SECRET, recorder.hello, print, lambda link: None,
+        limits=PROBE_LIMITS[limits],
+    )  # fmt: skip
+    server.start()
+    pool = ThreadPoolExecutor(8)
+
+    def register(count: int) -> float:
+        """Seconds for ``count`` agents, at once, to connect, say hello and get their order."""
+
+        def agent(i: int) -> dict[str, Any]:
+            client = CoordinatorClient(*server.server_address, SECRET)
+            try:
+                return client.request("hello", agent=f"agent-{i}", jobs=["job"], node=f"n{i}")
+            finally:
+                client.close()
+
+        began = time.monotonic()
+        orders = list(pool.map(agent, range(count)))
+        assert orders == [{"action": "exit", "reason": "test"}] * count
+        return time.monotonic() - began
+
+    try:
+        usual_s = register(8)
+        caplog.set_level(logging.DEBUG, logger="parsl_malleable")
+        caplog.clear()
+        with Probe(server.server_address) as probe:
+            probed_s = register(8)
+            lines = [r for r in caplog.records if r.name.startswith("parsl_malleable")]
+    finally:
+        server.close()
+        pool.shutdown()
+    print(
+        f"\n8 agents registered: usual {usual_s:.2f} s, under the probe {probed_s:.2f} s; "
+        f"{len(lines)} log lines; probe {probe.stats}; drops {dict(server.drops.totals)}"
+    )
+    assert len(recorder.hellos) == 16
+    assert probed_s <= usual_s + 1.0, (usual_s, probed_s)
+    assert len(lines) < 100, [r.getMessage() for r in lines[:20]]
+    assert probe.stats["opened"] > IDLE + DRIP
