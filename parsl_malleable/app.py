@@ -12,7 +12,15 @@ many times the job grew, shrank or stopped on the way. Behind it:
   can vanish;
 * ranks join at the next commit, leave at a commit when their node goes to another job or their
   block ends, and roll back to the last commit when a peer is lost; with no rank left the job
-  waits, and the next ranks resume from the last disk checkpoint.
+  waits, and the next ranks resume from the last disk checkpoint (the last rank saves its commit
+  first; if that fails, after retries, :attr:`ElasticJob.warnings` says so and which step the
+  next group resumes from).
+
+Disk checkpoints are bound to their job: the ``name`` given to :meth:`MalleableApp.submit` (else
+the training function's module and name) and the ``campaign`` option. A checkpoint of another
+job found in ``checkpoint_dir`` is refused, naming that job; starting from one is explicit, with
+``warm_start_from`` (see :class:`~parsl_malleable.elastic.checkpoint.CheckpointStore` for the
+authentication of checkpoints and its threat model).
 """
 
 from __future__ import annotations
@@ -58,7 +66,21 @@ class ElasticJobError(MalleableError):
 @boundary(ConfigError)
 class ElasticOptions:
     """Settings of one malleable app (see :func:`malleable_app` for their meaning), checked
-    when the app is made."""
+    when the app is made.
+
+    ``campaign``: the campaign the job belongs to, recorded in its checkpoints and part of the
+    identity they are bound to (with the job's name).
+
+    ``warm_start_from``: a checkpoint folder to start from while this job has no checkpoint of
+    its own: another job's ``checkpoint_dir``, or this job's own when it holds another job's or
+    an old-format checkpoint. Its newest checkpoint for this model is loaded whole (weights,
+    optimizer, sampler position, step and user fields), whichever job wrote it, and the warm
+    start is listed in :attr:`ElasticJob.warnings`. It is still checked: the model fingerprint,
+    the payload's sha256, the files' owner and modes, and the manifest's HMAC wherever the
+    folder's key is there (an old-format checkpoint, or one whose key is missing, is loaded
+    unauthenticated, and the warning says so). A folder without any such checkpoint fails the
+    job. Once the job has saved checkpoints of its own, it resumes from those.
+    """
 
     checkpoint_dir: Annotated[StrictStr, Field(min_length=1)]
     min_nodes: Annotated[WholeCount, Field(ge=1)] = 1
@@ -77,6 +99,8 @@ class ElasticOptions:
     torch_threads: Annotated[WholeCount, Field(ge=1)] | None = 1
     priority: Annotated[Number, Field(gt=0)] = 1.0
     curve: ScalingCurve | None = None
+    campaign: StrictStr | None = None
+    warm_start_from: Annotated[StrictStr, Field(min_length=1)] | None = None
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -100,6 +124,15 @@ class ElasticOptions:
             torch_threads=self.torch_threads,
         )
 
+    def checkpoint_policy(self, job: str) -> dict[str, Any]:
+        """What the ranks of ``job`` are told about its checkpoints at registration: the
+        identity they are bound to and the folder a warm start may come from."""
+        return {
+            "job": job,
+            "campaign": self.campaign or "",
+            "warm_start_from": self.warm_start_from,
+        }
+
 
 def _await_job(job: ElasticJob) -> Any:
     return job.wait()
@@ -110,7 +143,8 @@ class ElasticJob:
 
     ``future`` resolves with rank 0's return value; ``coordinator`` is the job's membership
     authority; :meth:`drain_blocks` makes ranks on those blocks leave at their next commit
-    (nothing new goes there); :meth:`cancel` stops training.
+    (nothing new goes there); :meth:`cancel` stops training. ``checkpoint_job`` names the job
+    in its checkpoints (default: ``name``).
     """
 
     def __init__(
@@ -119,6 +153,8 @@ class ElasticJob:
         payload: JobPayload,
         options: ElasticOptions,
         controller: Controller,
+        *,
+        checkpoint_job: str | None = None,
     ) -> None:
         self.name = name
         self.options = options
@@ -135,6 +171,7 @@ class ElasticJob:
             reform_timeout_s=options.reform_timeout_s,
             heartbeat_timeout_s=options.heartbeat_timeout_s,
             token=controller.job_token(name),
+            checkpoint_policy=options.checkpoint_policy(checkpoint_job or name),
         )
         self.future: AppFuture | None = None
         self._done = threading.Event()
@@ -144,8 +181,12 @@ class ElasticJob:
 
     @property
     def warnings(self) -> list[str]:
-        """What the job's ranks reported that did not stop it, oldest first (e.g. newer disk
-        checkpoints skipped as damaged when it resumed). Also logged by the driver."""
+        """What the job's ranks reported that did not stop it, oldest first. Also logged by the
+        driver. Among them: newer disk checkpoints skipped (damaged, or failing
+        authentication) when it resumed; a warm start, and from which job and step; a final
+        save that failed when the last rank left (after retries), and a resume from disk that is
+        behind a step the job had committed, with both steps; a final checkpoint not written
+        after training."""
         return self.coordinator.warnings()
 
     # ------------------------------------------------------------ controls
@@ -208,7 +249,9 @@ class MalleableApp:
         """Start a job and return its :class:`ElasticJob` (``job.future`` is the AppFuture).
 
         ``name`` names the job in the controller's decisions and logs (default: the function's
-        name and a number).
+        name and a number) and is the job its disk checkpoints are bound to; without it they are
+        bound to the training function (module and name), so a rerun of the same call resumes
+        and another function's checkpoints in the same folder are refused.
         """
         dfk = parsl.dfk()
         executor = _find_executor(dfk, self.options.executor)
@@ -217,11 +260,14 @@ class MalleableApp:
                 [ThreadPoolExecutor(label=CONTROLLER_EXECUTOR, max_threads=CONTROLLER_THREADS)]
             )
         controller = controller_for(executor)
+        # Not the counted default name: the same call submitted again (a notebook cell run
+        # twice) is the same job for its checkpoints.
+        checkpoint_job = name or _function_name(self.fn)
         name = name or f"{self.fn.__name__}-{next(_job_numbers)}"
         payload = JobPayload(
             function_reference(self.fn), args, kwargs, self.options.rank_settings()
         )
-        job = ElasticJob(name, payload, self.options, controller)
+        job = ElasticJob(name, payload, self.options, controller, checkpoint_job=checkpoint_job)
         spec = JobSpec(
             name,
             min_nodes=self.options.min_nodes,
@@ -238,6 +284,12 @@ class MalleableApp:
         future = self.submit(*args, **kwargs).future
         assert future is not None
         return future
+
+
+def _function_name(fn: Callable[..., Any]) -> str:
+    """``module.qualname`` of ``fn``: what an unnamed job's checkpoints are bound to."""
+    module = getattr(fn, "__module__", None) or "?"
+    return f"{module}.{getattr(fn, '__qualname__', getattr(fn, '__name__', '?'))}"
 
 
 def _find_executor(dfk: Any, label: str | None) -> HighThroughputExecutor:
@@ -269,7 +321,8 @@ def malleable_app(
     (fewer wait); ``max_nodes``: most ranks; ``checkpoint_dir``: where disk checkpoints go;
     ``backend``: ``"torch"`` or ``"horovod"``. Other keyword options are the fields of
     :class:`ElasticOptions` (``executor`` label, ``check_every``, ``checkpoint_every``,
-    ``collective_timeout_s``, ...). The function must be importable on the workers.
+    ``collective_timeout_s``, ``campaign``, ``warm_start_from`` to start from another job's
+    checkpoints, ...). The function must be importable on the workers.
     """
     unknown = set(options) - {f.name for f in dataclasses.fields(ElasticOptions)}
     if unknown:

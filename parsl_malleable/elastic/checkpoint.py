@@ -1,11 +1,14 @@
-"""Disk checkpoints of training state: atomic, checksummed, private, bounded, safe to load.
+"""Disk checkpoints of training state: atomic, authenticated, bound to their job, private,
+bounded, safe to load.
 
 A checkpoint is two files in one private directory:
 
 * ``ckpt-<step>.pt``: the payload, written with :func:`torch.save` inside a small envelope that
-  repeats the step and model fingerprint, so the file describes itself;
-* ``ckpt-<step>.json``: the manifest (step, fingerprint, size, sha256 of the ``.pt`` file). It is
-  written *after* the payload, so a manifest marks a checkpoint as complete.
+  repeats the step, model fingerprint and job, so the file describes itself;
+* ``ckpt-<step>.json``: the manifest: step, fingerprint, size and sha256 of the ``.pt`` file,
+  the ``campaign`` and ``job`` it belongs to, the ``key_id`` of the key that signed it, and
+  ``mac``, an HMAC-SHA256 of all of that. It is written *after* the payload, so a manifest marks
+  a checkpoint as complete.
 
 Both are written to a temporary file in the same directory, fsynced, renamed over the final name
 with :func:`os.replace`, and the directory is fsynced, so a crash at any moment leaves either the
@@ -13,9 +16,39 @@ old checkpoint or the new one, never a torn file under a final name. A write tha
 disk, a quota) raises :class:`CheckpointError` and leaves every checkpoint already there as it
 was. Retention counts and deletes committed checkpoints only: a ``.pt`` without a manifest
 (a file the store did not write, or a save that crashed before its manifest) is never deleted
-and never loaded. Loading checks the size and
-sha256 before unpickling and always unpickles with ``torch.load(weights_only=True)``, which refuses
-anything but tensors and plain Python values: a checkpoint file cannot run code.
+and never loaded.
+
+Threat model. The manifest's ``mac`` is keyed with a per-job key: HMAC-SHA256 (via
+:func:`~parsl_malleable.elastic.wire.derive_secret`) of the folder's *master key* and the job's
+identity (campaign, job). The master key is 32 random bytes in ``.parsl-malleable-checkpoint.key``
+in the checkpoint directory's **parent** (mode ``0600``, created once, atomically, by the first
+save), so that
+
+* whoever can write the checkpoint directory but cannot read the key (another user, a process
+  with write access to that folder only) cannot make forged weights load by recomputing the
+  manifest: a plain checksum would be recomputed as easily as the forgery was made;
+* the key is not inside the folder it vouches for: replacing the key along with the checkpoints
+  needs write access to the parent too, and on file systems where ownership says nothing (NFS
+  with ``all_squash``, FUSE mounts that show every file as the mounter's) the folder alone
+  still cannot be turned against its reader; a folder copied elsewhere (``cp -r``) does not carry
+  its key, so its checkpoints do not pass there for that folder's own;
+* one key file serves every checkpoint folder beside it (the jobs of a campaign), and each job
+  signs with its own derived key: a checkpoint of job A is *authenticated as A's*, so it is
+  refused in job B's folder with a message naming A, whatever its manifest claims.
+
+Loading refuses (:class:`CheckpointError`, naming the file and why) a file not owned by this
+user, writable by group or others, not a regular file or a symbolic link, and a key file that
+group or others can read at all; it refuses a checkpoint of another job, of another model, and
+an old-format one (``parsl-malleable-checkpoint/1``: a plain sha256, not bound to a job). It
+skips, with a warning naming the file, a checkpoint whose manifest fails authentication or whose
+size or sha256 disagree with it (damage, forgery), and tries the next older one. Starting from a
+checkpoint this store cannot vouch for as the job's own is explicit: ``load_latest(adopt=True)``
+(``warm_start_from`` of a malleable app) takes another job's, an old-format one, or one whose
+key is missing, and says so (:attr:`CheckpointStore.adopted`, logged, and counted in
+:attr:`CheckpointStore.unauthenticated_loads` when nothing authenticated it). Whatever is loaded
+is unpickled with ``torch.load(weights_only=True)``, which refuses anything but tensors and plain
+Python values: a checkpoint file cannot run code, whoever wrote it. Someone running as the same
+user can do anything this user can, the key included; that is out of scope.
 """
 
 from __future__ import annotations
@@ -23,14 +56,17 @@ from __future__ import annotations
 import contextlib
 import errno
 import hashlib
+import hmac
 import io
 import json
 import logging
 import os
 import pickle
 import re
+import secrets
 import shutil
 import socket
+import stat
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -41,14 +77,27 @@ from typing import Any, BinaryIO
 import torch
 
 from parsl_malleable.elastic.safe_state import check_loadable
+from parsl_malleable.elastic.wire import derive_secret
 from parsl_malleable.errors import CheckpointError
 
-__all__ = ["CheckpointError", "CheckpointInfo", "CheckpointStore", "model_fingerprint"]
+__all__ = [
+    "FORMAT",
+    "KEY_FILE_NAME",
+    "LEGACY_FORMAT",
+    "CheckpointError",
+    "CheckpointInfo",
+    "CheckpointStore",
+    "describe_job",
+    "model_fingerprint",
+]
 
 log = logging.getLogger(__name__)
 
-FORMAT = "parsl-malleable-checkpoint/1"
+FORMAT = "parsl-malleable-checkpoint/2"
+LEGACY_FORMAT = "parsl-malleable-checkpoint/1"  # plain sha256 manifest, not bound to a job
+KEY_FILE_NAME = ".parsl-malleable-checkpoint.key"
 _NAME = re.compile(r"^ckpt-(\d{12})\.(pt|json)$")
+_KEY_TEXT = re.compile(r"^[0-9a-f]{64}$")
 _TMP_PREFIX = ".tmp-"
 
 
@@ -71,12 +120,21 @@ def model_fingerprint(model: torch.nn.Module) -> str:
     return digest.hexdigest()[:16]
 
 
+def describe_job(campaign: str, job: str) -> str:
+    """``job 'x' of campaign 'c'`` (or ``an unnamed job``), for messages."""
+    who = f"job {job!r}" if job else "an unnamed job"
+    return f"{who} of campaign {campaign!r}" if campaign else who
+
+
 @dataclass(frozen=True)
 class CheckpointInfo:
     """What the directory says about one checkpoint, without reading its payload.
 
-    ``fingerprint``, ``sha256`` and ``size`` come from the manifest and are ``None`` when the
-    manifest is missing or unreadable (a save that crashed before committing, or damage).
+    The fields come from the manifest *as written*, not yet authenticated (loading does that).
+    ``fingerprint``, ``sha256`` and ``size`` are ``None`` when the manifest is missing or
+    unreadable (a save that crashed before committing, or damage); ``format`` is
+    :data:`FORMAT`, :data:`LEGACY_FORMAT` or ``None``; ``campaign`` and ``job`` name the job the
+    manifest says it belongs to (``None`` for an old-format one).
     """
 
     path: Path
@@ -85,11 +143,18 @@ class CheckpointInfo:
     sha256: str | None
     size: int | None
     created: float | None
+    format: str | None = None
+    campaign: str | None = None
+    job: str | None = None
 
     @property
     def committed(self) -> bool:
         """True when a readable manifest records the checksum of this checkpoint."""
         return self.sha256 is not None
+
+
+class _Skip(Exception):
+    """This checkpoint is damaged or unauthenticated: pass over it to the next older one."""
 
 
 class _HashingWriter:
@@ -118,32 +183,70 @@ class _HashingWriter:
 class CheckpointStore:
     """Checkpoints of one training job in one directory, newest ``keep`` retained.
 
-    The directory is created with mode ``0o700`` (and an existing one is narrowed to it) and every
-    file is ``0o600``: checkpoints hold a model and whatever user fields the job saved. One writer
-    at a time is assumed (the elastic runtime saves from rank 0); any number of readers is safe.
+    ``job`` and ``campaign`` are the identity the checkpoints are bound to (recorded in each
+    manifest and part of its key): a checkpoint of another identity is refused by
+    :meth:`load_latest` unless it is adopted explicitly. ``key_file`` is the master key (default
+    :data:`KEY_FILE_NAME` in the directory's parent; see the module's threat model). With
+    ``create=False`` the directory must exist and is left as it is (a folder only read from, such
+    as a warm start's source); otherwise it is created with mode ``0o700`` (an existing one is
+    narrowed to it). Every file is ``0o600``: checkpoints hold a model and whatever user fields
+    the job saved. One writer at a time is assumed (the elastic runtime saves from rank 0); any
+    number of readers is safe.
     """
 
-    def __init__(self, directory: str | Path, keep: int = 3) -> None:
+    def __init__(
+        self,
+        directory: str | Path,
+        keep: int = 3,
+        *,
+        job: str = "",
+        campaign: str = "",
+        key_file: str | Path | None = None,
+        create: bool = True,
+    ) -> None:
         if not isinstance(keep, int) or isinstance(keep, bool) or keep < 1:
             raise ValueError(f"CheckpointStore keep must be an integer >= 1, got {keep!r}")
+        if not isinstance(job, str) or not isinstance(campaign, str):
+            raise ValueError(f"job and campaign must be strings, got {job!r} and {campaign!r}")
         self.directory = Path(directory).expanduser().resolve()
         self.keep = keep
+        self.job = job
+        self.campaign = campaign
+        self.key_file = (
+            Path(key_file).expanduser().resolve()
+            if key_file is not None
+            else self.directory.parent / KEY_FILE_NAME
+        )
         self.skipped: list[str] = []  # what the last load_latest passed over, and why
+        # Why the last load_latest took a checkpoint that is not this job's own (None: it was).
+        self.adopted: str | None = None
+        self.unauthenticated_loads = 0  # adopted checkpoints that nothing authenticated
+        self._master: str | None = None
+        self._open_directory(create)
+
+    def _open_directory(self, create: bool) -> None:
         try:
-            self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-            owner = self.directory.stat().st_uid
+            if create:
+                self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+            info = self.directory.stat()
+        except FileNotFoundError as exc:
+            raise CheckpointError(f"checkpoint directory {self.directory} does not exist") from exc
         except OSError as exc:
             raise CheckpointError(
                 f"cannot create checkpoint directory {self.directory}: {exc}"
             ) from exc
-        if owner != os.geteuid():
+        if not stat.S_ISDIR(info.st_mode):
+            raise CheckpointError(f"checkpoint directory {self.directory} is not a directory")
+        if info.st_uid != os.geteuid():
             # Its owner could read the checkpoints or swap them for others; narrowing its
             # permissions is not ours to do (and fails with EPERM for anyone but root).
             raise CheckpointError(
-                f"checkpoint directory {self.directory} belongs to uid {owner}, not to this "
-                f"user (uid {os.geteuid()}): its owner could read or replace the checkpoints. "
-                f"Give a directory you own as checkpoint_dir."
+                f"checkpoint directory {self.directory} belongs to uid {info.st_uid}, not to "
+                f"this user (uid {os.geteuid()}): its owner could read or replace the "
+                f"checkpoints. Give a directory you own as checkpoint_dir."
             )
+        if not create:
+            return
         try:
             os.chmod(self.directory, 0o700)
         except OSError as exc:
@@ -161,8 +264,9 @@ class CheckpointStore:
         :class:`CheckpointError` naming where it sits, because it could not be loaded back with
         ``weights_only=True``. Saving a step that already exists replaces it. After the write,
         all but the newest ``keep`` committed checkpoints are deleted. A write that fails
-        (``ENOSPC``, a quota, an I/O error) raises :class:`CheckpointError` saying so, and every
-        checkpoint already there, this step's included, stays loadable.
+        (``ENOSPC``, a quota, an I/O error, a key file that cannot be made) raises
+        :class:`CheckpointError` saying so, and every checkpoint already there, this step's
+        included, stays loadable. The manifest is signed with this job's key.
         """
         if not isinstance(payload, dict):
             raise CheckpointError(
@@ -175,10 +279,47 @@ class CheckpointStore:
                 f"checkpoint fingerprint must be a non-empty string: {fingerprint!r}"
             )
         check_loadable(payload, "payload", CheckpointError)
+        master = self._master_key(create=True)
+        assert master is not None
         self._remove_stale_temp_files()
 
         pt_path, manifest_path = self._paths(step)
-        envelope = {"format": FORMAT, "step": step, "fingerprint": fingerprint, "payload": payload}
+        envelope = {
+            "format": FORMAT,
+            "step": step,
+            "fingerprint": fingerprint,
+            "campaign": self.campaign,
+            "job": self.job,
+            "payload": payload,
+        }
+        size, digest = self._write_payload(pt_path, manifest_path, envelope, step)
+        manifest: dict[str, Any] = {
+            "format": FORMAT,
+            "step": step,
+            "fingerprint": fingerprint,
+            "file": pt_path.name,
+            "size": size,
+            "sha256": digest,
+            "created": time.time(),
+            "campaign": self.campaign,
+            "job": self.job,
+            "key_id": _key_id(master),
+        }
+        manifest["mac"] = _manifest_mac(manifest, _job_key(master, self.campaign, self.job))
+        try:
+            with self._atomic_file(manifest_path) as file:
+                file.write(json.dumps(manifest, indent=1).encode())
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                pt_path.unlink()  # uncommitted: never loaded, and it takes space
+            raise self._write_failed(step, exc) from exc
+        self._prune()
+        return pt_path
+
+    def _write_payload(
+        self, pt_path: Path, manifest_path: Path, envelope: dict[str, Any], step: int
+    ) -> tuple[int, str]:
+        """Write the envelope to ``pt_path``; its size and sha256."""
 
         def unvouch() -> None:
             # An existing manifest for this step would vouch for the new payload's old checksum
@@ -197,25 +338,7 @@ class CheckpointStore:
             # torch's zip writer turns a failed write into RuntimeError("... unexpected pos").
             cause = writer.error if writer is not None and writer.error is not None else exc
             raise self._write_failed(step, cause) from exc
-        manifest = {
-            "format": FORMAT,
-            "step": step,
-            "fingerprint": fingerprint,
-            "file": pt_path.name,
-            "size": writer.size,
-            "sha256": writer.digest.hexdigest(),
-            "created": time.time(),
-        }
-        manifest["manifest_sha256"] = _manifest_digest(manifest)
-        try:
-            with self._atomic_file(manifest_path) as file:
-                file.write(json.dumps(manifest, indent=1).encode())
-        except OSError as exc:
-            with contextlib.suppress(OSError):
-                pt_path.unlink()  # uncommitted: never loaded, and it takes space
-            raise self._write_failed(step, exc) from exc
-        self._prune()
-        return pt_path
+        return writer.size, writer.digest.hexdigest()
 
     def _write_failed(self, step: int, exc: BaseException) -> CheckpointError:
         try:
@@ -233,72 +356,169 @@ class CheckpointStore:
     # ------------------------------------------------------------------ reading
 
     def list(self) -> list[CheckpointInfo]:
-        """All checkpoints in the directory, oldest step first (manifests read, payloads not)."""
+        """All checkpoints in the directory, oldest step first (manifests read, not
+        authenticated; payloads not read)."""
         infos = []
         for step in sorted(self._steps()):
             pt_path, manifest_path = self._paths(step)
             if not pt_path.exists():
                 continue
             manifest = _read_manifest(manifest_path)
-            infos.append(
-                CheckpointInfo(
-                    path=pt_path,
-                    step=step,
-                    fingerprint=manifest.get("fingerprint") if manifest else None,
-                    sha256=manifest.get("sha256") if manifest else None,
-                    size=manifest.get("size") if manifest else None,
-                    created=manifest.get("created") if manifest else None,
-                )
-            )
+            infos.append(_info(pt_path, step, manifest))
         return infos
 
+    def newest_step(self) -> int | None:
+        """Step of the newest checkpoint with a manifest (not authenticated), None if none."""
+        steps = [info.step for info in self.list() if info.committed]
+        return steps[-1] if steps else None
+
     def load_latest(
-        self, fingerprint: str, *, map_location: str | torch.device = "cpu"
+        self,
+        fingerprint: str,
+        *,
+        map_location: str | torch.device = "cpu",
+        adopt: bool = False,
     ) -> tuple[dict[str, Any], int] | None:
         """Return ``(payload, step)`` of the newest intact checkpoint, or ``None`` if there is none.
 
-        Checkpoints without a manifest, or whose size or sha256 disagree with it, or that fail to
-        unpickle, are skipped with a warning naming the file, and the next older one is tried.
-        A checkpoint written for a different model (``fingerprint`` differs) raises
-        :class:`CheckpointError` naming both fingerprints: resuming another model's weights, or
-        silently starting over, would both be wrong. So does a file that ``weights_only=True``
-        refuses although its checksum matches (it was written by something other than
-        :meth:`save`). :attr:`skipped` says which newer checkpoints the last call passed over
-        and why, for the caller to report.
+        Checkpoints without a manifest, whose manifest fails authentication, whose size or sha256
+        disagree with it, or that fail to unpickle, are skipped with a warning naming the file,
+        and the next older one is tried; :attr:`skipped` says which and why, for the caller to
+        report. Raises :class:`CheckpointError`, naming the file, for a checkpoint of a different
+        model (both fingerprints: resuming another model's weights, or silently starting over,
+        would both be wrong), of another job, in the old format, whose key file is missing, for
+        a file not owned by this user or writable by group or others, and for one that
+        ``weights_only=True`` refuses although it authenticates.
+
+        ``adopt=True`` is the explicit warm start: this job's own checkpoints still come first,
+        but when it has none, the newest of another job, an old-format one, or one whose key
+        file is missing is taken instead of refused (a manifest that fails authentication with
+        the key that *is* there is still skipped). :attr:`adopted` then says what was taken;
+        one that nothing authenticated counts in :attr:`unauthenticated_loads`.
         """
         self.skipped = []
-        for info in reversed(self.list()):
-            payload = self._load_verified(info, fingerprint, map_location)
-            if payload is not None:
+        self.adopted = None
+        infos = list(reversed(self.list()))
+        if adopt:
+            # Own checkpoints first: a warm start stands in only until the job has its own.
+            infos.sort(key=lambda info: not self._claims_own(info))
+        for info in infos:
+            loaded = self._load_verified(info, fingerprint, map_location, adopt)
+            if loaded is not None:
+                payload, note = loaded
+                if note is not None:
+                    self.adopted = f"{info.path.name}: {note}"
+                    log.warning("starting from checkpoint %s: %s", info.path, note)
                 return payload, info.step
         return None
 
+    def _claims_own(self, info: CheckpointInfo) -> bool:
+        return info.format == FORMAT and (info.campaign, info.job) == (self.campaign, self.job)
+
     def _load_verified(
-        self, info: CheckpointInfo, fingerprint: str, map_location: str | torch.device
-    ) -> dict[str, Any] | None:
+        self,
+        info: CheckpointInfo,
+        fingerprint: str,
+        map_location: str | torch.device,
+        adopt: bool,
+    ) -> tuple[dict[str, Any], str | None] | None:
+        """The payload of ``info`` and why it was adopted (None: this job's own), or None
+        (skipped, with a warning)."""
         path = info.path
-        if not info.committed:
-            self._skip(path, "no readable manifest with its checksum")
+        try:
+            # Read again, checked: what list() saw is a hint, and may have changed since.
+            manifest = self._read_verified_manifest(path.with_suffix(".json"))
+            if manifest["step"] != info.step:
+                raise _Skip(f"its manifest is for step {manifest['step']}")
+            note, authenticated = self._vouch(path, manifest, adopt)
+            if manifest["fingerprint"] != fingerprint:
+                raise CheckpointError(
+                    f"checkpoint {path} is for a different model: its fingerprint is "
+                    f"{manifest['fingerprint']}, the model being trained has {fingerprint}. Use "
+                    f"another checkpoint_dir, or delete {self.directory} to start over."
+                )
+            payload = self._read_payload(path, manifest, map_location)
+        except _Skip as skip:
+            self._skip(path, str(skip))
             return None
-        if info.fingerprint != fingerprint:
-            raise CheckpointError(
-                f"checkpoint {path} is for a different model: its fingerprint is "
-                f"{info.fingerprint}, the model being trained has {fingerprint}. Use another "
-                f"checkpoint_dir, or delete {self.directory} to start over."
+        if not authenticated:
+            self.unauthenticated_loads += 1
+        return payload, note
+
+    def _read_verified_manifest(self, manifest_path: Path) -> dict[str, Any]:
+        try:
+            raw = _read_owned(manifest_path)
+        except FileNotFoundError as exc:  # never committed, or pruned by a writer since list()
+            raise _Skip("no readable manifest with its checksum") from exc
+        except OSError as exc:
+            raise _Skip(f"cannot read its manifest: {exc}") from exc
+        manifest = _parse_manifest(raw)
+        if manifest is None:
+            raise _Skip(f"its manifest {manifest_path} is damaged or lacks its checksum")
+        return manifest
+
+    def _vouch(self, path: Path, manifest: dict[str, Any], adopt: bool) -> tuple[str | None, bool]:
+        """Authenticate ``manifest``: ``(None, True)`` when it is this job's own, else why
+        ``adopt`` takes it and whether anything authenticated it. Raises
+        :class:`CheckpointError` when it is not this job's and ``adopt`` is False."""
+        manifest_path = path.with_suffix(".json")
+        if manifest["format"] == LEGACY_FORMAT:
+            if not adopt:
+                raise CheckpointError(
+                    f"checkpoint {path} has an old-format manifest ({LEGACY_FORMAT}): a plain "
+                    f"sha256, which anyone who can write {self.directory} could recompute for "
+                    f"forged weights, naming no job it belongs to. Refusing to resume from it. "
+                    f"If you trust it, start from it explicitly with "
+                    f"warm_start_from={str(self.directory)!r} (it is then loaded, logged and "
+                    f"counted as unauthenticated), or delete it to start over."
+                )
+            return f"an old-format checkpoint ({LEGACY_FORMAT}), not authenticated", False
+        master = self._master_key(create=False)
+        if master is None:
+            if not adopt:
+                raise CheckpointError(
+                    f"checkpoint {path} cannot be authenticated: the key file {self.key_file} "
+                    f"is missing (was {self.directory} moved or copied without it?). Put the "
+                    f"key back, or start from these checkpoints explicitly with "
+                    f"warm_start_from={str(self.directory)!r}."
+                )
+            return f"not authenticated: the key file {self.key_file} is missing", False
+        claimed = (manifest["campaign"], manifest["job"])
+        expected = _manifest_mac(manifest, _job_key(master, *claimed))
+        if not hmac.compare_digest(manifest["mac"].encode(), expected.encode()):
+            raise _Skip(
+                f"its manifest {manifest_path} fails authentication with the key "
+                f"{self.key_file} (HMAC-SHA256): it is damaged, was written by someone without "
+                f"that key, or was copied from a folder with another key (it names key "
+                f"{manifest.get('key_id')}, this folder's is {_key_id(master)})"
             )
+        if claimed == (self.campaign, self.job):
+            return None, True
+        theirs, ours = describe_job(*claimed), describe_job(self.campaign, self.job)
+        if not adopt:
+            raise CheckpointError(
+                f"checkpoint {path} belongs to {theirs}, not to this {ours}: resuming it would "
+                f"carry that job's weights and user fields into this one. Give this job its own "
+                f"checkpoint_dir, or start it from that checkpoint explicitly with "
+                f"warm_start_from={str(self.directory)!r}."
+            )
+        return f"a checkpoint of {theirs} (authenticated)", True
+
+    def _read_payload(
+        self, path: Path, manifest: dict[str, Any], map_location: str | torch.device
+    ) -> dict[str, Any]:
         # Read once: the bytes that are hashed are the bytes that are unpickled, even if a
         # writer replaces the file meanwhile.
         try:
-            data = path.read_bytes()
+            data = _read_owned(path)
         except OSError as exc:  # pruned by a writer since list(), or unreadable
-            self._skip(path, f"cannot read: {exc}")
-            return None
-        if len(data) != info.size:
-            self._skip(path, f"{len(data)} bytes on disk, manifest says {info.size} (truncated?)")
-            return None
-        if hashlib.sha256(data).hexdigest() != info.sha256:
-            self._skip(path, "sha256 does not match its manifest")
-            return None
+            raise _Skip(f"cannot read: {exc}") from exc
+        if len(data) != manifest["size"]:
+            raise _Skip(f"{len(data)} bytes on disk, manifest says {manifest['size']} (truncated?)")
+        if not hmac.compare_digest(
+            hashlib.sha256(data).hexdigest().encode(), manifest["sha256"].encode()
+        ):
+            raise _Skip("sha256 does not match its manifest")
         try:
             envelope = torch.load(io.BytesIO(data), map_location=map_location, weights_only=True)
         except pickle.UnpicklingError as exc:
@@ -308,25 +528,26 @@ class CheckpointStore:
                     f"to unpickle; it was not written by CheckpointStore.save. Refusing to load "
                     f"it: {str(exc).splitlines()[0]}"
                 ) from exc
-            self._skip(path, f"cannot unpickle: {exc}")
-            return None
+            raise _Skip(f"cannot unpickle: {exc}") from exc
         except (RuntimeError, EOFError, OSError, ValueError) as exc:
-            self._skip(path, f"cannot read: {exc}")
-            return None
-        if (
-            not isinstance(envelope, dict)
-            or envelope.get("format") != FORMAT
-            or envelope.get("fingerprint") != fingerprint
-            or envelope.get("step") != info.step
-            or not isinstance(envelope.get("payload"), dict)
-        ):
-            self._skip(path, "contents disagree with its manifest")
-            return None
+            raise _Skip(f"cannot read: {exc}") from exc
+        if not _envelope_matches(envelope, manifest, path):
+            raise _Skip("contents disagree with its manifest")
         return envelope["payload"]
 
     def _skip(self, path: Path, why: str) -> None:
         self.skipped.append(f"{path.name}: {why}")
         log.warning("skipping checkpoint %s: %s", path, why)
+
+    # ------------------------------------------------------------------ key
+
+    def _master_key(self, create: bool) -> str | None:
+        """The folder's master key (made, atomically, when ``create`` and there is none)."""
+        if self._master is None:
+            self._master = _read_key(self.key_file)
+            if self._master is None and create:
+                self._master = _create_key(self.key_file)
+        return self._master
 
     # ------------------------------------------------------------------ helpers
 
@@ -393,33 +614,230 @@ class CheckpointStore:
                     os.unlink(entry.path)
 
 
+# ---------------------------------------------------------------------- manifests
+
+
+def _info(pt_path: Path, step: int, manifest: dict[str, Any] | None) -> CheckpointInfo:
+    if manifest is None:
+        return CheckpointInfo(pt_path, step, None, None, None, None)
+    return CheckpointInfo(
+        path=pt_path,
+        step=step,
+        fingerprint=manifest["fingerprint"],
+        sha256=manifest["sha256"],
+        size=manifest["size"],
+        created=manifest.get("created"),
+        format=manifest["format"],
+        campaign=manifest.get("campaign"),
+        job=manifest.get("job"),
+    )
+
+
 def _read_manifest(path: Path) -> dict[str, Any] | None:
+    """The manifest at ``path`` for :meth:`CheckpointStore.list` (None: missing or damaged);
+    its owner and mode are checked when a checkpoint is loaded, not here."""
     try:
-        manifest = json.loads(path.read_text())
+        raw, _ = _read_regular(path)
     except FileNotFoundError:
         return None
-    except (OSError, ValueError) as exc:
+    except (OSError, CheckpointError) as exc:
         log.warning("checkpoint manifest %s is unreadable: %s", path, exc)
         return None
-    if (
-        not isinstance(manifest, dict)
-        or manifest.get("format") != FORMAT
-        or not isinstance(manifest.get("sha256"), str)
-        or not isinstance(manifest.get("size"), int)
-        or not isinstance(manifest.get("fingerprint"), str)
-    ):
-        log.warning("checkpoint manifest %s lacks format, size, sha256 or fingerprint", path)
+    manifest = _parse_manifest(raw)
+    if manifest is None:
+        log.warning("checkpoint manifest %s is damaged or incomplete", path)
+    return manifest
+
+
+def _parse_manifest(raw: bytes) -> dict[str, Any] | None:
+    """The manifest in ``raw`` when its fields have the right types (a legacy one also needs
+    its plain checksum to match, as it always did); None otherwise. Not authenticated."""
+    try:
+        manifest = json.loads(raw)
+    except ValueError:
         return None
-    if manifest.get("manifest_sha256") != _manifest_digest(manifest):
-        log.warning("checkpoint manifest %s is damaged: its own checksum does not match", path)
+    if not isinstance(manifest, dict):
+        return None
+    required: dict[str, type | tuple[type, ...]] = {
+        "format": str,
+        "step": int,
+        "fingerprint": str,
+        "size": int,
+        "sha256": str,
+    }
+    if manifest.get("format") == FORMAT:
+        required.update(campaign=str, job=str, mac=str)
+    elif manifest.get("format") != LEGACY_FORMAT:
+        return None
+    if any(not isinstance(manifest.get(key), kind) for key, kind in required.items()):
+        return None
+    if manifest["format"] == LEGACY_FORMAT and manifest.get("manifest_sha256") != _legacy_digest(
+        manifest
+    ):
         return None
     return manifest
 
 
-def _manifest_digest(manifest: dict[str, Any]) -> str:
-    """Checksum of a manifest's own fields: a damaged manifest must not pass for another model's."""
+def _legacy_digest(manifest: dict[str, Any]) -> str:
+    """The plain checksum of an old-format manifest: it detects damage, not forgery."""
     fields = {key: value for key, value in manifest.items() if key != "manifest_sha256"}
     return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
+
+
+def _manifest_mac(manifest: dict[str, Any], job_key: str) -> str:
+    """HMAC-SHA256 under ``job_key`` of every field of ``manifest`` but ``mac`` itself."""
+    fields = {key: value for key, value in manifest.items() if key != "mac"}
+    text = json.dumps(fields, sort_keys=True, separators=(",", ":"))
+    return hmac.new(job_key.encode(), text.encode(), hashlib.sha256).hexdigest()
+
+
+def _job_key(master: str, campaign: str, job: str) -> str:
+    """The key one job signs its manifests with: knowing it tells nothing of another job's."""
+    return derive_secret(master, "checkpoint-manifest/" + json.dumps([campaign, job]))
+
+
+def _key_id(master: str) -> str:
+    """A public name of a master key, so that messages can tell two keys apart."""
+    return derive_secret(master, "checkpoint-key-id")[:16]
+
+
+def _envelope_matches(envelope: Any, manifest: dict[str, Any], path: Path) -> bool:
+    if not isinstance(envelope, dict) or not isinstance(envelope.get("payload"), dict):
+        return False
+    fields = ["format", "step", "fingerprint"]
+    if manifest["format"] == FORMAT:
+        fields += ["campaign", "job"]
+    return (
+        all(envelope.get(key) == manifest[key] for key in fields)
+        and manifest.get("file", path.name) == path.name
+    )
+
+
+# ---------------------------------------------------------------------- files and keys
+
+
+def _read_regular(path: Path) -> tuple[bytes, os.stat_result]:
+    """The bytes of ``path`` and its status, from one open: never through a symbolic link,
+    never blocking on a FIFO someone named like a checkpoint."""
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise CheckpointError(
+                f"refusing to read {path}: it is a symbolic link, which could point anywhere"
+            ) from exc
+        raise
+    with os.fdopen(fd, "rb") as file:
+        info = os.fstat(file.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise CheckpointError(f"refusing to read {path}: it is not a regular file")
+        return file.read(), info
+
+
+def _read_owned(path: Path, *, secret: bool = False) -> bytes:
+    """The bytes of ``path``, refused (:class:`CheckpointError` naming it and why) unless it
+    belongs to this user and nobody else may change it (nor read it, for a ``secret``). The
+    checks and the read use one open file, so the file checked is the file read."""
+    data, info = _read_regular(path)
+    problem = _unsafe(info, secret)
+    if problem:
+        raise CheckpointError(f"refusing to read {path}: {problem}")
+    return data
+
+
+def _unsafe(info: os.stat_result, secret: bool) -> str | None:
+    me = os.geteuid()
+    if info.st_uid != me:
+        return (
+            f"it belongs to uid {info.st_uid}, not to this user (uid {me}), so someone else "
+            f"could have written it; delete it if it is not yours"
+        )
+    mode = stat.S_IMODE(info.st_mode)
+    loose = mode & (0o077 if secret else 0o022)
+    if not loose:
+        return None
+    who = " and ".join(
+        name for bits, name in ((0o070, "its group"), (0o007, "other users")) if loose & bits
+    )
+    if secret:
+        return f"its mode is {mode:04o}: {who} can read or change the key; chmod 600 it"
+    return (
+        f"its mode is {mode:04o}: {who} can change it, so it may have been replaced; chmod 600 "
+        f"it if you trust its contents, or delete it"
+    )
+
+
+def _read_key(path: Path) -> str | None:
+    """The master key in ``path``, None when there is none; refused when unsafe or damaged."""
+    try:
+        text = _read_owned(path, secret=True).decode(errors="replace").strip()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise CheckpointError(f"cannot read the checkpoint key {path}: {exc}") from exc
+    if not _KEY_TEXT.match(text):
+        raise CheckpointError(
+            f"the checkpoint key {path} is damaged (not 64 hex digits); checkpoints signed with "
+            f"it cannot be authenticated any more"
+        )
+    return text
+
+
+def _create_key(path: Path) -> str:
+    """Make a new master key at ``path`` unless another process just did; the key in force.
+
+    Written whole to a private temporary file and hard-linked into place, so a concurrent
+    reader never sees a partial key and two writers agree on the first one linked.
+    """
+    key = secrets.token_hex(32)
+    try:
+        fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f"{_TMP_PREFIX}key-")
+    except OSError as exc:
+        raise CheckpointError(
+            f"cannot create the checkpoint key {path}: {exc}; checkpoints are signed with a key "
+            f"kept beside their folder, so its parent {path.parent} must be writable"
+        ) from exc
+    try:
+        with os.fdopen(fd, "w") as file:
+            os.fchmod(file.fileno(), 0o600)
+            file.write(key + "\n")
+            file.flush()
+            os.fsync(file.fileno())
+        _link_key(Path(tmp_name), path, key)
+    except OSError as exc:
+        raise CheckpointError(f"cannot create the checkpoint key {path}: {exc}") from exc
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp_name)
+    in_force = _read_key(path)
+    if in_force is None:
+        raise CheckpointError(f"the checkpoint key {path} vanished as it was created")
+    if in_force == key:
+        log.info("created the checkpoint key %s", path)
+    return in_force
+
+
+def _link_key(tmp: Path, path: Path, key: str) -> None:
+    """Put the key written in ``tmp`` at ``path`` unless a key is there already."""
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        return
+    except OSError as exc:
+        if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK):
+            raise
+        # No hard links here (some FUSE and object stores): create it exclusively instead; a
+        # reader racing this write sees a short key and fails loudly, never a wrong one.
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        except FileExistsError:
+            return
+        with os.fdopen(fd, "w") as file:
+            file.write(key + "\n")
+            file.flush()
+            os.fsync(file.fileno())
+    _fsync_dir(path.parent)
 
 
 def _fsync_dir(directory: Path) -> None:

@@ -98,6 +98,7 @@ class Coordinator:
         heartbeat_timeout_s: float = 10.0,
         token: str | None = None,
         measure_every_s: float = 2.0,
+        checkpoint_policy: dict[str, Any] | None = None,
     ) -> None:
         if not 1 <= min_nodes <= max_nodes:
             raise ConfigError(
@@ -113,6 +114,10 @@ class Coordinator:
         self._throughput: list[tuple[int, float]] = []
         self._rescales: list[tuple[str, float]] = []
         self.token = token or secrets.token_hex(16)
+        # Told to each rank at register: the job and campaign its checkpoints are bound to and
+        # the folder it may warm-start from (plain JSON values, no secret: the checkpoint key
+        # stays on disk beside the checkpoints).
+        self.checkpoint_policy: dict[str, Any] = dict(checkpoint_policy or {})
         self._rendezvous = rendezvous
         self._bind = (host, port)
         self._cond = threading.Condition()
@@ -411,6 +416,8 @@ class Coordinator:
             self._drain_on_arrival.discard(member_id)
             self._event("registered", member=member_id, block=block)
             self._cond.notify_all()
+            if self.checkpoint_policy:
+                return {"ok": True, "checkpoint": dict(self.checkpoint_policy)}
             return {"ok": True}
 
     def _join(self, member_id: str, message: dict[str, Any]) -> dict[str, Any]:
@@ -472,7 +479,9 @@ class Coordinator:
             member.gone = True
             member.waiting = False
             self._saving.discard(member_id)
-            self._event("left", member=member_id, saved_step=message.get("saved_step"))
+            # save_error: the leaver could not save the commit it held (it warned already).
+            error = {"save_error": message["save_error"]} if message.get("save_error") else {}
+            self._event("left", member=member_id, saved_step=message.get("saved_step"), **error)
             self._reconcile()
             self._cond.notify_all()
             return {"ok": True}
@@ -644,10 +653,18 @@ class Coordinator:
                     "rank": rank,
                     "world_size": len(chosen),
                     "info": _info_to_json(info),
+                    # A group resuming from disk compares its step with this (lost work).
+                    "known_step": self._known_step(),
                 },
             )
         self._event("formed", epoch=number, world_size=len(chosen), members=epoch.members)
         logger.info("epoch %d formed with %d ranks (%s)", number, len(chosen), reason)
+
+    def _known_step(self) -> int:
+        """The newest step any rank reported committed (-1: none), caller holds the lock."""
+        reported = [m.committed_step for m in self._members.values()]
+        polled = [e.last_step for e in self._epochs if e.last_step is not None]
+        return max([-1, *reported, *polled])
 
     def _event(self, kind: str, **fields: Any) -> None:
         self._events.append({"time": time.time(), "event": kind, **fields})

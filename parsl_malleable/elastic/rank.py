@@ -15,14 +15,16 @@ import os
 import signal
 import socket
 import threading
+import time
 import traceback
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import torch
 
 from parsl_malleable.elastic.backends import get_backend
-from parsl_malleable.elastic.checkpoint import CheckpointStore
+from parsl_malleable.elastic.checkpoint import CheckpointStore, describe_job
 from parsl_malleable.elastic.coordinator import info_from_json
 from parsl_malleable.elastic.ddp import ElasticDDP
 from parsl_malleable.elastic.sampler import ElasticDistributedSampler
@@ -38,6 +40,13 @@ from parsl_malleable.errors import CheckpointError, ConfigError
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
+
+# A save that is the only copy of the job's state (its last rank leaves, training is done, the
+# driver is gone) is tried again after a pause: a network file system's hiccup passes, and
+# giving up costs every step since the last periodic checkpoint. Bounded, since a rank that
+# leaves is often on borrowed time (a preemption's grace period).
+SAVE_ATTEMPTS = 3
+SAVE_RETRY_S = 0.5
 
 
 class EpochInterrupt(BaseException):
@@ -96,7 +105,7 @@ class RankContext:
         self.world_size = 0
         self.epoch = 0
         self._client = CoordinatorClient(spec.host, spec.port, spec.token)
-        self._client.request(
+        registered = self._client.request(
             "register",
             member=self.member_id,
             host=socket.gethostname(),
@@ -115,16 +124,26 @@ class RankContext:
             spec.settings.heartbeat_interval_s,
             on_notice=self._on_notice,
         )
+        self._job, self._campaign, self._warm_start_from = _checkpoint_policy(registered)
         directory = spec.settings.checkpoint_dir
         self._store = (
-            CheckpointStore(directory, keep=spec.settings.keep_checkpoints) if directory else None
+            CheckpointStore(
+                directory,
+                keep=spec.settings.keep_checkpoints,
+                job=self._job,
+                campaign=self._campaign,
+            )
+            if directory
+            else None
         )
         self._finished_rank: int | None = None
         self.failed_checkpoints = 0  # disk checkpoints that could not be written
+        self.last_save_error: str | None = None  # why the last disk checkpoint was not written
         self._notice = ""  # why this rank must leave (a SIGTERM: preemption, a cancel)
         self._notice_sent = False
         self._wrapped: list[ElasticDDP] = []
         self._state: ElasticState | None = None
+        self._known_step = -1
 
     # --------------------------------------------------------------- user API
 
@@ -225,7 +244,7 @@ class RankContext:
             # The driver is gone (killed, its host lost): nobody will hand this job's state
             # to a new group, so rank 0 keeps the last commit on disk for the rerun.
             if self.rank == 0 and state.has_commit:
-                saved = self._save(state)
+                saved = self._save_retrying(state)
                 if saved is not None:
                     logger.warning(
                         "coordinator lost: saved the commit of step %d before exiting", saved
@@ -335,10 +354,10 @@ class RankContext:
         if action == "run":
             return
         if action == "leave":
-            saved = None
+            report: dict[str, Any] = {"saved_step": None}
             if assignment.get("save") and state.has_commit:
-                saved = self._save(state)
-            self._client.request("left", member=self.member_id, saved_step=saved)
+                report = self._save_on_leaving(state)
+            self._client.request("left", member=self.member_id, **report)
             raise RankExit("left", "asked to leave")
         raise RankExit("exited", str(assignment.get("reason", "told to exit")))
 
@@ -346,6 +365,9 @@ class RankContext:
         self.rank = int(assignment["rank"])
         self.world_size = int(assignment["world_size"])
         self.epoch = int(assignment["epoch"])
+        # The newest step the coordinator knows this job committed: a resume from disk that
+        # is behind it has lost work, which the driver must hear of.
+        self._known_step = int(assignment.get("known_step", -1))
         info = info_from_json(assignment["info"])
         logger.debug(
             "member %s: rank %d of %d in epoch %d",
@@ -382,19 +404,66 @@ class RankContext:
         state.resized(self.world_size)
 
     def _initial_snapshot(self, state: ElasticState) -> dict[str, Any]:
-        if self._store is not None:
-            loaded = self._store.load_latest(state.fingerprint)
-            if self._store.skipped:
-                start = f"step {loaded[1]}" if loaded is not None else "scratch"
-                self._warn(
-                    f"resuming from {start}: skipped {len(self._store.skipped)} newer "
-                    f"checkpoint(s) in {self._store.directory}: " + "; ".join(self._store.skipped)
-                )
-            if loaded is not None:
-                payload, step = loaded
-                logger.info("resuming from the disk checkpoint of step %d", step)
-                return payload
-        return state.snapshot()
+        """What a group formed with no state in memory starts from: the newest usable disk
+        checkpoint (this job's own, else its warm start's), or the state as built. Logged; and
+        when that is behind a step the job had committed (its last rank's save failed, or every
+        rank was lost), the driver is warned with both steps."""
+        found = self._load_from_disk(state.fingerprint) if self._store is not None else None
+        if found is None:
+            payload, step, where = state.snapshot(), 0, "scratch"
+        else:
+            payload, step, directory = found
+            where = f"the disk checkpoint of step {step} in {directory}"
+        logger.info("resuming from %s", where)
+        if step < self._known_step:
+            self._warn(
+                f"resuming from {where}, behind step {self._known_step} that this job had "
+                f"committed: steps {step + 1}-{self._known_step} are trained again"
+            )
+        return payload
+
+    def _load_from_disk(self, fingerprint: str) -> tuple[dict[str, Any], int, str] | None:
+        """``(payload, step, folder)`` of the checkpoint to resume from, None for scratch."""
+        assert self._store is not None
+        own = self._store
+        warm_dir = self._warm_start_from
+        if warm_dir and Path(warm_dir).expanduser().resolve() == own.directory:
+            return self._load_from(own, fingerprint, adopt=True, otherwise="scratch")
+        otherwise = f"the warm start in {warm_dir}" if warm_dir else "scratch"
+        found = self._load_from(own, fingerprint, adopt=False, otherwise=otherwise)
+        if found is not None or not warm_dir:
+            return found
+        # Opened only now: once the job has checkpoints of its own, the source may be gone.
+        warm = CheckpointStore(warm_dir, job=self._job, campaign=self._campaign, create=False)
+        found = self._load_from(warm, fingerprint, adopt=True, otherwise="nothing")
+        if found is None:
+            raise CheckpointError(
+                f"warm_start_from={self._warm_start_from!r}: {warm.directory} holds no usable "
+                f"checkpoint of this model to start from"
+                + (": " + "; ".join(warm.skipped) if warm.skipped else "")
+            )
+        return found
+
+    def _load_from(
+        self, store: CheckpointStore, fingerprint: str, *, adopt: bool, otherwise: str
+    ) -> tuple[dict[str, Any], int, str] | None:
+        loaded = store.load_latest(fingerprint, adopt=adopt)
+        if store.skipped:
+            start = f"step {loaded[1]}" if loaded is not None else otherwise
+            self._warn(
+                f"resuming from {start}: skipped {len(store.skipped)} newer "
+                f"checkpoint(s) in {store.directory}: " + "; ".join(store.skipped)
+            )
+        if loaded is None:
+            return None
+        payload, step = loaded
+        if store.adopted is not None:
+            self._warn(
+                f"warm start: this {describe_job(self._campaign, self._job)} starts from step "
+                f"{step} in {store.directory} ({store.adopted}); its weights, optimizer, sampler "
+                f"position, step and user fields come from there"
+            )
+        return payload, step, str(store.directory)
 
     def _warn(self, text: str) -> None:
         """Log ``text`` here and on the driver (the coordinator logs it and keeps it)."""
@@ -436,24 +505,70 @@ class RankContext:
         if flag.item() > 0:
             raise PlannedChange(f"membership changes after step {state.step}")
 
-    def _save(self, state: ElasticState) -> int | None:
-        """Write the last commit to disk; a failed write (full disk, quota) is logged and
-        counted, and training goes on from the commit in memory."""
+    def _save(self, state: ElasticState, then: str = "training goes on from memory") -> int | None:
+        """Write the last commit to disk; a failed write (full disk, quota) is logged (with
+        what happens ``then``), counted and kept in :attr:`last_save_error`, and training goes
+        on from the commit in memory."""
         snap = state.committed()
-        if self._store is None or snap is None:
+        if self._store is None:
+            self.last_save_error = "the job has no checkpoint_dir"
+            return None
+        if snap is None:
             return None
         try:
             self._store.save(snap, step=int(snap["step"]), fingerprint=state.fingerprint)
         except CheckpointError as exc:
             self.failed_checkpoints += 1
-            logger.warning("checkpoint not written, training goes on from memory: %s", exc)
+            self.last_save_error = str(exc)
+            logger.warning("checkpoint not written, %s: %s", then, exc)
             return None
         return int(snap["step"])
+
+    def _save_retrying(self, state: ElasticState) -> int | None:
+        """:meth:`_save`, tried up to :data:`SAVE_ATTEMPTS` times: for a save that is the only
+        copy of the job's state. None when every attempt failed (:attr:`last_save_error`)."""
+        for attempt in range(1, SAVE_ATTEMPTS + 1):
+            last = attempt == SAVE_ATTEMPTS
+            then = "giving up" if last else f"attempt {attempt} of {SAVE_ATTEMPTS}, retrying"
+            saved = self._save(state, then=then)
+            if saved is not None or self._store is None:
+                return saved
+            if not last:
+                time.sleep(SAVE_RETRY_S * attempt)
+        self.last_save_error = f"{SAVE_ATTEMPTS} attempts failed, the last: {self.last_save_error}"
+        return None
+
+    def _save_on_leaving(self, state: ElasticState) -> dict[str, Any]:
+        """Save the commit this rank leaves with, the only copy of the job's state: retried,
+        and a failure reported to the coordinator (``save_error``), not left for the next group
+        to find as an older step."""
+        saved = self._save_retrying(state)
+        if saved is not None:
+            return {"saved_step": saved}
+        newest = self._store.newest_step() if self._store is not None else None
+        resumes = (
+            f"step {newest}, the newest checkpoint on disk" if newest is not None else "scratch"
+        )
+        error = (
+            f"the job's newest commit, step {state.step}, was not saved when its last rank left "
+            f"({self.last_save_error}); the next group resumes from {resumes}"
+        )
+        self._warn(error)
+        # save_error makes the failure part of the "left" event where the coordinator's
+        # protocol declares it; the warning above reaches the driver either way.
+        return {"saved_step": None, "save_error": error, "committed_step": state.step}
 
     def _finish(self, state: ElasticState, result: Any) -> None:
         self._finished_rank = self.rank
         if self.rank == 0:
-            self._save(state)
+            if state.has_commit and self._save_retrying(state) is None and self._store is not None:
+                newest = self._store.newest_step()
+                ends = "holds no checkpoint" if newest is None else f"ends at step {newest}"
+                self._warn(
+                    f"the final checkpoint, step {state.step}, was not written "
+                    f"({self.last_save_error}); the result stands, but {self._store.directory} "
+                    f"{ends}"
+                )
             self._client.request(
                 "finish", member=self.member_id, step=state.step, **_result_copy(result)
             )
@@ -466,6 +581,21 @@ class RankContext:
             self._backend.shutdown()
         except Exception as exc:
             logger.debug("backend shutdown: %s", exc)
+
+
+def _checkpoint_policy(registered: dict[str, Any]) -> tuple[str, str, str | None]:
+    """``(job, campaign, warm_start_from)`` the coordinator sent at registration: the identity
+    this job's checkpoints are bound to, and the folder it may start from. A coordinator that
+    sends none (one made without a job, in tests and benchmarks) gives an unnamed job."""
+    policy = registered.get("checkpoint")
+    if not isinstance(policy, dict):
+        return "", "", None
+    warm = policy.get("warm_start_from")
+    return (
+        str(policy.get("job") or ""),
+        str(policy.get("campaign") or ""),
+        str(warm) if warm else None,
+    )
 
 
 def _result_copy(result: Any) -> dict[str, Any]:

@@ -18,10 +18,10 @@ import numpy as np
 import pytest
 import torch
 
+from parsl_malleable.elastic import checkpoint
 from parsl_malleable.elastic.checkpoint import (
     CheckpointError,
     CheckpointStore,
-    _manifest_digest,
     model_fingerprint,
 )
 
@@ -369,7 +369,16 @@ class _Trojan:
         return (_touch, (self.marker,))
 
 
+def _sign(store: CheckpointStore, manifest: dict) -> None:
+    """Sign ``manifest`` as the store would: what only a holder of the key can do."""
+    master = store._master_key(create=False)
+    key = checkpoint._job_key(master, manifest["campaign"], manifest["job"])
+    manifest["mac"] = checkpoint._manifest_mac(manifest, key)
+
+
 def test_load_refuses_pickled_arbitrary_object_even_with_valid_checksum(tmp_path: Path) -> None:
+    """Defence in depth: even a checkpoint its key vouches for (written by someone holding the
+    key) cannot run code when loaded."""
     store, fingerprint = _store_with_steps(tmp_path, [1])
     marker = tmp_path / "code-ran"
     # Forge a checkpoint: a valid envelope and manifest, but a payload holding a pickled object.
@@ -381,7 +390,7 @@ def test_load_refuses_pickled_arbitrary_object_even_with_valid_checksum(tmp_path
     manifest = json.loads(manifest_path.read_text())
     data = forged.read_bytes()
     manifest.update(size=len(data), sha256=hashlib.sha256(data).hexdigest())
-    manifest["manifest_sha256"] = _manifest_digest(manifest)
+    _sign(store, manifest)
     manifest_path.write_text(json.dumps(manifest))
 
     with pytest.raises(CheckpointError, match="weights_only"):

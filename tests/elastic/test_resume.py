@@ -1,4 +1,5 @@
-"""Resuming from disk when no rank is left: newest good checkpoint used, other models refused.
+"""Resuming from disk when no rank is left: newest good checkpoint used, other models and other
+jobs refused, another job's taken only as an explicit warm start.
 
 Ranks run as threads of the test process (a group of one), which is enough to exercise the
 runtime's disk path end to end without starting processes.
@@ -18,8 +19,12 @@ from parsl_malleable.elastic.torch_backend import TorchRendezvousHost
 from parsl_malleable.errors import CheckpointError
 
 
-def _run_job(ckpt: Path, **kwargs: Any) -> tuple[Coordinator, RankOutcome | BaseException]:
-    coordinator = Coordinator(TorchRendezvousHost(), settle_s=0.0)
+def _run_job(
+    ckpt: Path, policy: dict[str, Any] | None = None, **kwargs: Any
+) -> tuple[Coordinator, RankOutcome | BaseException]:
+    """Train ``apps.digits`` to the end on one rank; ``policy``: the checkpoint policy the
+    coordinator hands the rank (job, campaign, warm_start_from), as a malleable app's does."""
+    coordinator = Coordinator(TorchRendezvousHost(), settle_s=0.0, checkpoint_policy=policy)
     coordinator.start()
     host, port = coordinator.address
     settings = RankSettings(checkpoint_dir=str(ckpt), checkpoint_every=10, keep_checkpoints=5)
@@ -69,3 +74,43 @@ def test_checkpoint_of_another_model_is_refused_with_both_fingerprints(tmp_path)
     assert "fingerprint" in str(second)
     assert coordinator.outcome == "aborted"
     assert "CheckpointError" in (coordinator.abort_message or "")
+
+
+def test_a_checkpoint_of_another_job_is_refused_and_a_warm_start_takes_it_explicitly(tmp_path):
+    theirs = tmp_path / "lr-0.1"
+    _, first = _run_job(theirs, {"job": "lr-0.1"}, epochs=1, batch_size=64)  # saves 10, 20, 22
+    assert isinstance(first, RankOutcome) and first.status == "finished"
+
+    # Another job pointed at that folder (the same architecture): refused, naming the job.
+    coordinator, second = _run_job(theirs, {"job": "lr-0.01"}, epochs=2, batch_size=64)
+    assert isinstance(second, CheckpointError)
+    assert "belongs to job 'lr-0.1', not to this job 'lr-0.01'" in str(second)
+    assert "warm_start_from=" in str(second) and coordinator.outcome == "aborted"
+
+    # The explicit warm start: its own folder is empty, so it starts from theirs, whole.
+    ours = tmp_path / "lr-0.01"
+    policy = {"job": "lr-0.01", "warm_start_from": str(theirs)}
+    coordinator, third = _run_job(ours, policy, epochs=2, batch_size=64)
+    assert isinstance(third, RankOutcome) and third.status == "finished", third
+    assert coordinator.epochs()[0]["start_step"] == 23  # after their step 22
+    assert third.value["samples_seen"] == 2 * 1347  # their user field came along
+    (warning,) = coordinator.warnings()
+    assert warning.startswith("warm start: this job 'lr-0.01' starts from step 22 in ")
+    assert "a checkpoint of job 'lr-0.1' (authenticated)" in warning
+    assert [info.step for info in CheckpointStore(ours).list()] == [30, 40, 44]
+
+    # Once it has checkpoints of its own, it resumes from those; the warm start is over.
+    coordinator, fourth = _run_job(ours, policy, epochs=3, batch_size=64)
+    assert isinstance(fourth, RankOutcome) and fourth.status == "finished", fourth
+    assert coordinator.epochs()[0]["start_step"] == 45
+    assert coordinator.warnings() == []
+
+
+def test_a_warm_start_from_a_folder_without_a_checkpoint_fails_the_job(tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir(mode=0o700)
+    policy = {"job": "b", "warm_start_from": str(empty)}
+    coordinator, outcome = _run_job(tmp_path / "b", policy, epochs=1, batch_size=128)
+    assert isinstance(outcome, CheckpointError)
+    assert f"warm_start_from={str(empty)!r}: {empty} holds no usable checkpoint" in str(outcome)
+    assert coordinator.outcome == "aborted"
