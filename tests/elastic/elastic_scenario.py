@@ -168,7 +168,12 @@ def drive(job: ElasticJob, progress: int, pace_file: Path | None = None) -> dict
     wait_no_ranks(job)
     cancel_blocks(last_blocks)
     idle_from = time.time()
-    time.sleep(2.0)
+    # Idle until the cancelled blocks' managers have left the interchange: from then on nothing
+    # can host a rank, and none may have started meanwhile.
+    deadline = time.monotonic() + 60
+    while any(m.get("active") for m in ex.connected_managers()):
+        assert time.monotonic() < deadline, f"managers still connected: {ex.connected_managers()}"
+        time.sleep(0.1)
     assert job.coordinator.running_world_size() == 0
     idle_until = time.time()
 

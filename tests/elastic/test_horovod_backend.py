@@ -89,6 +89,8 @@ while True:
             while True:
                 backend.allreduce_mean_([torch.ones(1000)])
                 count += 1
+                if count == 20:  # the test kills a peer only once every rank is looping
+                    outbox.put(("looping", count))
         elif command == "shutdown":
             backend.shutdown()
             result = None
@@ -318,7 +320,8 @@ def test_killed_peer_makes_survivors_raise_then_regroup(pool: Pool, host: Any) -
         member.send("allreduce_until_error")
     for member in (a, b, c):
         assert member.reply()[0] == "started"
-    time.sleep(0.5)  # let them get well into the loop of collectives
+    for member in (a, b, c):  # well into the loop of collectives, each of them
+        assert member.reply()[0] == "looping"
     os.kill(c.pid, signal.SIGKILL)
     c.process.join(timeout=10)
     for member in (a, b):
@@ -353,7 +356,8 @@ def test_killed_peer_fails_every_survivor_without_waiting_for_gloo_timeout(
         member.send("allreduce_until_error")
     for member in (a, b, c):
         assert member.reply()[0] == "started"
-    time.sleep(0.5)
+    for member in (a, b, c):  # well into the loop of collectives, each of them
+        assert member.reply()[0] == "looping"
     os.kill(c.pid, signal.SIGKILL)
     c.process.join(timeout=10)
     for member in (a, b):
