@@ -43,6 +43,24 @@ def wait_for(predicate: Callable[[], bool], timeout_s: float, step_s: float = 0.
     return predicate()
 
 
+def backfill_cycles(cluster: SlurmCluster) -> int:
+    """Slurm's count of backfill passes so far (``sdiag``)."""
+    backfill = run_slurm(cluster, "sdiag").split("Backfilling stats", 1)[1]
+    for line in backfill.splitlines():
+        if line.strip().startswith("Total cycles:"):
+            return int(line.split(":")[1])
+    raise AssertionError(f"sdiag printed no backfill cycle count:\n{backfill[:400]}")
+
+
+def wait_for_backfill_passes(cluster: SlurmCluster, passes: int = 2, timeout_s: float = 60) -> None:
+    """Wait until Slurm's backfill scheduler has run ``passes`` more times (it re-plans the
+    pending jobs' expected starts on each pass; it runs only while a job is pending)."""
+    start = backfill_cycles(cluster)
+    assert wait_for(lambda: backfill_cycles(cluster) >= start + passes, timeout_s), (
+        f"Slurm ran no {passes} backfill passes in {timeout_s} s"
+    )
+
+
 class Natives:
     """Native jobs a test submits (with sbatch, like a user); all cancelled after the test."""
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from parsl_malleable.harvest.demand import DemandContext
 from parsl_malleable.harvest.ledger import BlockInfo, Phase
 from parsl_malleable.provider import BackfillProvider
 
-from .conftest import Natives, job_states, run_slurm, wait_for
+from .conftest import Natives, job_states, run_slurm, wait_for, wait_for_backfill_passes
 
 pytestmark = pytest.mark.slurm
 
@@ -41,7 +42,7 @@ def _poll_until(provider: BackfillProvider, done: Callable[[], bool], polls: int
         reports.append(repr(provider.poll_once()))
         if done():
             break
-        wait_for(lambda: False, 1.0)
+        time.sleep(1.0)  # between polls, as the provider's own thread would pace them
     return reports
 
 
@@ -65,7 +66,7 @@ def test_holes_get_filled_without_moving_any_queued_job(natives: Natives, provid
     # Every job of ours started at once: none is left pending in the queue.
     assert all(r.start is not None for r in provider.history() if r.phase is not Phase.ENDED)
     # Let Slurm's backfill pass (every 2 s) re-plan with our blocks running.
-    wait_for(lambda: False, 5.0)
+    wait_for_backfill_passes(natives.cluster, 2)
     assert _expected_starts(natives) == before
     statuses = provider.status(slots)
     assert sum(s.state is P.RUNNING for s in statuses) == len(blocks)

@@ -118,7 +118,7 @@ def _running_block(provider: BackfillProvider, count: int = 1) -> None:
         provider.poll_once()
         if sum(b.phase is Phase.RUNNING for b in provider.blocks()) >= count:
             return
-        wait_for(lambda: False, 1.0)
+        time.sleep(1.0)  # between polls, as the provider's own thread would pace them
     raise AssertionError(f"no {count} running block(s); last poll {provider.last_report}")
 
 
