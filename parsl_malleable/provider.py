@@ -42,7 +42,12 @@ from parsl_malleable.harvest.error_handler import backfill_error_handler
 from parsl_malleable.harvest.launch import write_block_files
 from parsl_malleable.harvest.ledger import BlockInfo, JobRecord, Phase, Slot
 from parsl_malleable.harvest.listen_address import listen_address
-from parsl_malleable.harvest.planning import harvest_windows, plan_blocks
+from parsl_malleable.harvest.planning import (
+    block_destination,
+    block_nodes,
+    harvest_windows,
+    plan_blocks,
+)
 from parsl_malleable.harvest.profile import SiteProfile, load_profile
 from parsl_malleable.harvest.reconcile import (
     CONFIRM_POLLS,
@@ -858,9 +863,18 @@ class BackfillProvider(ExecutionProvider, RepresentationMixin):
         ]
 
     def _explain_no_window(self, snap: Snapshot, busy: set[str]) -> None:
-        """Say (once each) which reservation keeps idle nodes from holding a block."""
+        """Say (once each) which reservation keeps idle nodes from holding a block, and when
+        no idle node may run the blocks' partition or queue at all."""
         horizon = snap.now + self.min_block_s + self.profile.safety_margin_s
         idle = {n.name for n in snap.nodes if n.state is NodeState.IDLE} - busy
+        usable = block_nodes(snap, self.profile)
+        if idle and usable is not None and not idle & usable:
+            where = block_destination(snap, self.profile)
+            self._say_once(
+                f"blocks to {where}",
+                f"{len(idle)} idle node(s), none of which {where} may use (bound to another "
+                "queue or partition, or outside its restrictions)",
+            )
         for res in snap.reservations:
             hit = idle & set(res.nodes)
             if hit and res.start < horizon:

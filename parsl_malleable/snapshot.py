@@ -30,6 +30,7 @@ class Node:
 
     name: str
     state: NodeState
+    # The partitions (Slurm) or queues (PBS) whose jobs may run on the node.
     partitions: tuple[str, ...] = ()
     features: tuple[str, ...] = ()
 
@@ -85,6 +86,10 @@ class Snapshot:
     reservations: list[Reservation] = field(default_factory=list)
     backfill: str = "easy"  # "easy" or "conservative": how the site's scheduler plans
     default_time_limit: float | None = None  # the partition's limit for jobs that give none
+    # Where a job that names no partition (Slurm) or queue (PBS) goes, when the scheduler
+    # says; None: unknown. ``Node.partitions`` lists the partitions or queues that may run
+    # jobs on each node.
+    default_partition: str | None = None
 
     def idle_nodes(self) -> list[str]:
         """Names of nodes in state IDLE, in snapshot order."""

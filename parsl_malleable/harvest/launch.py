@@ -6,11 +6,17 @@ with ``srun --ntasks-per-node=1 --nodes=$SLURM_JOB_NUM_NODES`` (``launcher: srun
 (``launcher: none``). Parsl's command is written to its own file and run by ``bash``: it is
 a shell command by Parsl's contract, and nothing else is spliced into shell text except quoted
 paths and numbers. Without a scheduler option for it (PBS), the script sends itself USR1
-``signal_margin_s`` before its walltime. The script exports ``PM_BLOCK_DEADLINE`` (Unix seconds) and
-``PM_BLOCK_SIGNAL_FILE`` (created when USR1 arrives before the walltime) for the ranks, and
-keeps waiting for the workers after the signal so they can checkpoint. A SIGTERM to the batch
-shell (Slurm's notice to a preempted block, or a cancel) is waited through the same way: the
-workers get it too, and the job ends when they do or when the scheduler kills it.
+``signal_margin_s`` before its walltime. The script exports ``PM_BLOCK_DEADLINE`` (Unix
+seconds) and ``PM_BLOCK_SIGNAL_FILE`` (created when USR1 arrives before the walltime) for the
+ranks, and keeps waiting for the workers after the signal so they can checkpoint.
+
+SIGURG means the same as USR1 here. PBS's ``qsig`` signals every process of a job, and USR1
+ends every process that does not catch it: the login shell that runs this script (PBS then
+ends the job and kills what is left) and the worker pools. SIGURG is ignored by every process
+that does not ask for it, so ``PBSScheduler`` sends the provider's yield notice as SIGURG and
+only this script hears it. A SIGTERM to the batch shell (Slurm's notice to a preempted block,
+or a cancel) is waited through the same way: the workers get it too, and the job ends when
+they do or when the scheduler kills them (PBS: at once, when its login shell dies of it).
 
 The dead-man switch: with ``heartbeat_file``, a watchdog beside the workers checks the file's
 modification time every few seconds; the driver's provider touches it while it lives. When it is
@@ -31,7 +37,7 @@ export PM_BLOCK_ID={block_id_q}
 export PM_BLOCK_WALLTIME_S={walltime}
 export PM_BLOCK_DEADLINE=$(( $(date +%s) + {walltime} ))
 export PM_BLOCK_SIGNAL_FILE={signal_dir_q}/usr1-${{SLURM_JOB_ID:-${{PBS_JOBID:-$$}}}}
-trap ': > "$PM_BLOCK_SIGNAL_FILE"' USR1
+trap ': > "$PM_BLOCK_SIGNAL_FILE"' USR1 URG
 trap ': > "$PM_BLOCK_SIGNAL_FILE.term"' TERM
 {launch} /bin/bash {command_q} &
 child=$!

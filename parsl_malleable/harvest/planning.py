@@ -40,9 +40,9 @@ def harvest_windows(
     exclude: Collection[str] = (),
     min_block_s: float | None = None,
 ) -> list[Window]:
-    """Windows of the idle nodes of ``profile.partition``, grouped, at most a block long;
-    nodes in ``exclude`` (already promised to a block of ours) are left out, and windows
-    shorter than ``min_block_s`` (default: the profile's floor) plus the margin."""
+    """Windows of the idle nodes that blocks may use (:func:`block_nodes`), grouped, at most a
+    block long; nodes in ``exclude`` (already promised to a block of ours) are left out, and
+    windows shorter than ``min_block_s`` (default: the profile's floor) plus the margin."""
     shortest = profile.block_floor_s(profile.startup_s) if min_block_s is None else min_block_s
     snap = without_our_pending(snapshot)
     nw = predictor.node_windows(snap)
@@ -53,7 +53,7 @@ def harvest_windows(
     if nw.samples.shape[0]:
         lengths = np.minimum(nw.naive, nw.length(profile.quantile))
         samples = nw.samples
-    allowed = _partition_nodes(snap, profile.partition)
+    allowed = block_nodes(snap, profile)
     skip = set(exclude)
     keep = np.array(
         [(allowed is None or name in allowed) and name not in skip for name in nw.names],
@@ -111,10 +111,28 @@ def plan_blocks(
     return [r for r in requests if r.nodes >= profile.min_nodes_per_block]
 
 
-def _partition_nodes(snapshot: Snapshot, partition: str | None) -> set[str] | None:
-    if not partition:
+def block_destination(snapshot: Snapshot, profile: SiteProfile) -> str | None:
+    """Where the profile's blocks go: its partition (Slurm, emulated) or queue (PBS), else
+    the scheduler's default one when the snapshot says which (None: unknown)."""
+    return profile.destination or snapshot.default_partition
+
+
+def block_nodes(snapshot: Snapshot, profile: SiteProfile) -> set[str] | None:
+    """Names of the nodes a block may use: those whose ``partitions`` (the Slurm partitions
+    or PBS queues whose jobs may run there) include the blocks' destination; None (any
+    node) when the destination is unknown. A block planned on a node its partition or
+    queue cannot use never starts there: PBS keeps it queued ("Can Never Run") until it is
+    withdrawn, and the next poll would plan the same again."""
+    where = block_destination(snapshot, profile)
+    if not where:
         return None
-    return {node.name for node in snapshot.nodes if partition in node.partitions}
+    return {node.name for node in snapshot.nodes if where in node.partitions}
 
 
-__all__ = ["harvest_windows", "plan_blocks", "without_our_pending"]
+__all__ = [
+    "block_destination",
+    "block_nodes",
+    "harvest_windows",
+    "plan_blocks",
+    "without_our_pending",
+]

@@ -148,6 +148,11 @@ class SiteProfile(BaseModel):
         return self.scheduler == "emulated"
 
     @property
+    def destination(self) -> str | None:
+        """Where blocks go: the PBS queue with ``scheduler: pbs``, else the partition."""
+        return self.queue if self.scheduler == "pbs" else self.partition
+
+    @property
     def node_ranks(self) -> int:
         """Ranks per node: ``ranks_per_node``, else one per GPU, else 1."""
         return self.ranks_per_node or max(1, self.gpus_per_node)

@@ -1,34 +1,56 @@
 """PBS Professional / OpenPBS adapter: the same :class:`Snapshot` as the Slurm adapter.
 
-Queries per :meth:`PBSScheduler.snapshot`: ``pbsnodes -a -F json`` and ``qstat -f -F json``,
-plus ``pbs_rstat -f`` when ``reservations=True`` (the default). OpenPBS is not packaged for
-Debian, so this adapter is tested on recorded documents (``tests/data/pbs/``) and through
-stand-in commands that print them.
+Queries per :meth:`PBSScheduler.snapshot`: ``pbsnodes -a -F json`` and ``qstat -f -t -F json``
+(``-t``: the subjobs of job arrays, which hold the nodes an array runs on), plus ``pbs_rstat
+-f`` when ``reservations=True`` (the default); every ``queue_refresh_s`` also ``qstat -Q -f -F
+json`` and ``qstat -B -f -F json``, which say which queues may run jobs on which vnodes.
+OpenPBS is not packaged for Debian: this adapter is tested on documents recorded from a live
+OpenPBS 23.06 server (``tests/data/pbs/live/``), on hand-built ones (``tests/data/pbs/``) and
+through stand-in commands (``tests/provider/fake_pbs.py`` runs block scripts as a MoM would).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import re
+import time
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from parsl_malleable.schedulers.base import Script, SiteDestination
 from parsl_malleable.schedulers.command_scheduler import CommandScheduler
 from parsl_malleable.schedulers.pbs_parse import (
     PBSJob,
+    PBSQueue,
+    PBSServer,
+    PBSVnode,
     parse_pbs_rstat,
-    parse_pbsnodes,
+    parse_pbs_vnodes,
     parse_qstat,
+    parse_qstat_queues,
+    parse_qstat_server,
     parse_qsub,
+    serve_queues,
 )
 from parsl_malleable.schedulers.records import (
     JobState,
     JobStatus,
     parse_output,
 )
-from parsl_malleable.snapshot import Node, PendingJob, Reservation, RunningJob, Snapshot
+from parsl_malleable.snapshot import (
+    Node,
+    NodeState,
+    PendingJob,
+    Reservation,
+    RunningJob,
+    Snapshot,
+)
+
+# A job in E (exiting) is taken to free its nodes now: PBS ends it within tens of seconds,
+# and a queued job may start on them then; planning it later would harvest in its way.
+EXITING_LIMIT_FLOOR_S = 1.0
 
 
 def build_pbs_snapshot(
@@ -40,30 +62,39 @@ def build_pbs_snapshot(
     ours_prefix: str = "",
     backfill: str = "easy",
     default_time_limit: float | None = None,
+    default_partition: str | None = None,
 ) -> Snapshot:
     """Assemble a :class:`Snapshot` from parsed PBS output (pure).
 
-    Running: states R and S. Pending: Q, W and T (held jobs are left out: they never start
+    Running: jobs in R, S and E on the vnodes they hold; a job in R without ``stime`` (just
+    sent to its MoM) started ``now``; a job in E ends now. A job array (``27[]``) holds no
+    vnode: its subjobs (``qstat -t``) do, and queue one by one. PBS shares vnodes between
+    jobs, a whole-node block cannot: a shared vnode goes to the job that ends last and is
+    free when it ends. A vnode pbsnodes showed free that a job holds (it started between the
+    two queries) is allocated. Pending: Q, W and T (held jobs are left out: they never start
     on their own). PBS does not print its sort order, so pending jobs are ordered by the
     scheduler's own calendar (``estimated.start_time``, set for the jobs it plans) and then
     by queue time and id.
     """
-    running: list[RunningJob] = []
+    jobs = list(jobs)
+    known = {n.name for n in nodes}
+    with_subjobs = {j.array_id for j in jobs if j.array_id}
+    holding: list[RunningJob] = []
     pending: list[PendingJob] = []
     for job in jobs:
         ours = bool(ours_prefix) and job.name.startswith(ours_prefix)
-        if job.state in (JobState.RUNNING, JobState.SUSPENDED) and job.start is not None:
-            running.append(
-                RunningJob(
-                    job.job_id,
-                    job.nodes,
-                    job.start,
-                    job.walltime,
-                    job.queue,
-                    job.user,
-                    ours,
-                    name=job.name,
-                )
+        if job.array_parent and (job.job_id in with_subjobs or job.state is not JobState.PENDING):
+            continue  # its subjobs are listed, or it holds nothing and queues nothing itself
+        if job.state.holds_nodes:
+            held = tuple(n for n in job.nodes if n in known)
+            if not held:
+                continue  # a starting job whose vnodes are not printed yet, or unknown ones
+            start = job.start if job.start is not None else now
+            limit = job.walltime
+            if job.state is JobState.COMPLETING:
+                limit = max(now - start, EXITING_LIMIT_FLOOR_S)
+            holding.append(
+                RunningJob(job.job_id, held, start, limit, job.queue, job.user, ours, job.name)
             )
         elif job.state is JobState.PENDING:
             pending.append(
@@ -79,6 +110,14 @@ def build_pbs_snapshot(
                     name=job.name,
                 )
             )
+    running = _one_holder_per_vnode(holding)
+    held_now = {n for job in running for n in job.nodes}
+    nodes = [
+        dataclasses.replace(n, state=NodeState.ALLOCATED)
+        if n.state is NodeState.IDLE and n.name in held_now
+        else n
+        for n in nodes
+    ]
     pending.sort(
         key=lambda p: (
             p.expected_start is None,
@@ -95,7 +134,29 @@ def build_pbs_snapshot(
         reservations=list(reservations),
         backfill=backfill,
         default_time_limit=default_time_limit,
+        default_partition=default_partition,
     )
+
+
+def _one_holder_per_vnode(jobs: list[RunningJob]) -> list[RunningJob]:
+    """Each vnode held by the job that ends last of those sharing it; jobs left holding
+    none are dropped (the planner's jobs hold whole nodes, and a vnode frees only when the
+    last of its jobs ends)."""
+
+    def end(job: RunningJob) -> float:
+        return math.inf if job.time_limit is None else job.start + job.time_limit
+
+    holder: dict[str, RunningJob] = {}
+    for job in jobs:
+        for name in job.nodes:
+            if name not in holder or end(job) > end(holder[name]):
+                holder[name] = job
+    out = []
+    for job in jobs:
+        mine = tuple(n for n in job.nodes if holder[n] is job)
+        if mine:
+            out.append(job if mine == job.nodes else dataclasses.replace(job, nodes=mine))
+    return out
 
 
 def _id_number(job_id: str) -> int:
@@ -120,17 +181,26 @@ class PBSScheduler(CommandScheduler):
     prefix short). PBS has no ``--test-only`` (so :meth:`test_start` cannot say) and no
     "signal N seconds before the walltime" option: blocks watch ``PM_BLOCK_DEADLINE``
     themselves. ``default_time_limit`` is the queue's default walltime, if known.
+    ``queue_refresh_s``: how long the queue and server settings read by ``qstat -Q``/``-B``
+    are reused (they decide which queues may use which vnode and change rarely).
     """
 
     GONE = ("unknown job id", "job has finished", "request invalid for state of job")
     UNKNOWN_JOB = ("unknown job id",)
     OUTPUT = "{name}.out"
-    parse_nodes = staticmethod(parse_pbsnodes)
+    parse_nodes = staticmethod(parse_pbs_vnodes)
     parse_jobs = staticmethod(parse_qstat)
     parse_reservations = staticmethod(parse_pbs_rstat)
     parse_submitted = staticmethod(parse_qsub)
     signals_before_walltime = False
     JOB_ID = re.compile(r"\d+(\[\d*\])?(\.[A-Za-z0-9_.-]+)?")
+    #: What ``signal_batch`` sends with qsig for a signal meant for the block script. qsig
+    #: signals every process of the job (the MoM's kill_session: the login shell that runs
+    #: the script, the worker pools, the ranks), and USR1 ends a process that does not catch
+    #: it: the login shell dies and the MoM kills the rest. SIGURG is ignored by default by
+    #: every process that does not ask for it (POSIX), and the block script traps it as its
+    #: USR1 (harvest/launch.py), so the job lives on and only the script hears the notice.
+    BATCH_SIGNALS: ClassVar[dict[str, str]] = {"USR1": "URG"}
 
     def __init__(
         self,
@@ -138,11 +208,16 @@ class PBSScheduler(CommandScheduler):
         queue: str | None = None,
         backfill: str = "easy",
         default_time_limit: float | None = None,
+        queue_refresh_s: float = 300.0,
         **common: Any,
     ) -> None:
         super().__init__(backfill=backfill, **common)
         self.queue = queue
         self.default_time_limit = default_time_limit
+        self.queue_refresh_s = queue_refresh_s
+        self.queues: dict[str, PBSQueue] = {}
+        self.server = PBSServer()
+        self._placement_read_at: float | None = None
 
     @classmethod
     def settings_of(cls, profile: SiteDestination) -> dict[str, Any]:
@@ -153,22 +228,67 @@ class PBSScheduler(CommandScheduler):
         return ["pbsnodes", "-a", "-F", "json"]
 
     def jobs_argv(self) -> list[str]:
-        return ["qstat", "-f", "-F", "json"]
+        # -t: the subjobs of arrays too; an array itself holds no node, its subjobs do.
+        return ["qstat", "-f", "-t", "-F", "json"]
 
     def reservations_argv(self) -> list[str]:
         return ["pbs_rstat", "-f"]
 
+    def queues_argv(self) -> list[str]:
+        """The queue settings (``hasnodes``, ``partition``, ``default_chunk``, routes)."""
+        return ["qstat", "-Q", "-f", "-F", "json"]
+
+    def server_argv(self) -> list[str]:
+        """The server settings (``default_queue``, ``default_chunk``)."""
+        return ["qstat", "-B", "-f", "-F", "json"]
+
+    @property
+    def block_queue(self) -> str | None:
+        """Where blocks go: ``queue``, else the server's default queue (once read)."""
+        return self.queue or self.server.default_queue
+
+    def snapshot(self) -> Snapshot:
+        """The common snapshot, its vnodes marked with the queues that may use them."""
+        self.refresh_placement()
+        return super().snapshot()
+
+    def refresh_placement(self, force: bool = False) -> None:
+        """Read the queue and server settings again when ``queue_refresh_s`` has passed."""
+        read_at = self._placement_read_at
+        if not force and read_at is not None and time.monotonic() - read_at < self.queue_refresh_s:
+            return
+        self.queues = self._query(self.queues_argv(), parse_qstat_queues)
+        self.server = self._query(self.server_argv(), parse_qstat_server)
+        self._placement_read_at = time.monotonic()
+
     def build_snapshot(
-        self, now: float, nodes: list[Node], jobs: list[PBSJob], reservations: list[Reservation]
+        self,
+        now: float,
+        nodes: list[PBSVnode],
+        jobs: list[PBSJob],
+        reservations: list[Reservation],
     ) -> Snapshot:
+        block_queue = self.block_queue
+        served = serve_queues(
+            nodes, self.queues, self.server, also=(block_queue,) if block_queue else ()
+        )
+        queue = self.queues.get(block_queue or "")
+        if queue is not None and not (queue.enabled and queue.started):
+            # A block queued there would never start (or qsub refuses it): no vnode serves
+            # it, so none is planned, instead of one block after another being withdrawn.
+            served = [
+                dataclasses.replace(n, partitions=tuple(p for p in n.partitions if p != queue.name))
+                for n in served
+            ]
         return build_pbs_snapshot(
             now,
-            nodes,
+            served,
             jobs,
             reservations,
             ours_prefix=self.ours_prefix,
             backfill=self.backfill,
             default_time_limit=self.default_time_limit,
+            default_partition=self.server.default_queue,
         )
 
     def submit_argv(
@@ -183,13 +303,17 @@ class PBSScheduler(CommandScheduler):
         extra_args: Sequence[str] = (),
     ) -> list[str]:
         """qsub options for one whole-node block (``select=N``, ``place=scatter:excl``).
-        PBS places the block itself: ``node_ids`` are not pinned."""
+        PBS places the block itself: ``node_ids`` are not pinned. ``-r n``: a block is not
+        rerunnable, so PBS never starts it again later (after a node failure, a qrerun) at
+        a time and on nodes nobody planned; it ends NODE_FAIL instead."""
         if nodes < 1:
             raise ValueError(f"nodes={nodes}: need at least one node")
         argv = [
             "qsub",
             "-N",
             self.block_name(job_name),
+            "-r",
+            "n",
             "-l",
             f"select={nodes}",
             "-l",
@@ -246,7 +370,9 @@ class PBSScheduler(CommandScheduler):
         return ["qdel", *job_ids]
 
     def signal_argv(self, job_ids: list[str], signal: str) -> list[str]:
-        return ["qsig", "-s", signal, *job_ids]
+        """qsig of :attr:`BATCH_SIGNALS`' stand-in for ``signal`` (USR1 goes as URG); other
+        signals go as they are, to every process of the job."""
+        return ["qsig", "-s", self.BATCH_SIGNALS.get(signal, signal), *job_ids]
 
 
 __all__ = ["PBSScheduler", "build_pbs_snapshot", "format_walltime"]

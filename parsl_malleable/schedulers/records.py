@@ -38,6 +38,12 @@ class JobState(StrEnum):
         """True for states a job never leaves."""
         return self in _FINISHED
 
+    @property
+    def holds_nodes(self) -> bool:
+        """True for states in which a job has its nodes: running, suspended (its nodes stay
+        allocated to it) and completing (its processes are still being ended)."""
+        return self in _HOLDS_NODES
+
 
 _FINISHED = frozenset(
     {
@@ -50,6 +56,8 @@ _FINISHED = frozenset(
         JobState.OUT_OF_MEMORY,
     }
 )
+
+_HOLDS_NODES = frozenset({JobState.RUNNING, JobState.SUSPENDED, JobState.COMPLETING})
 
 
 @dataclass(frozen=True)

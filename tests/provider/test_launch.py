@@ -13,6 +13,9 @@ import pytest
 
 from parsl_malleable.harvest.launch import write_block_files
 
+from .conftest import wait_for
+from .fake_pbs import kill_session
+
 
 def test_script_exports_the_deadline_and_runs_the_command(tmp_path: Path) -> None:
     out = tmp_path / "seen"
@@ -36,13 +39,14 @@ def test_script_exports_the_deadline_and_runs_the_command(tmp_path: Path) -> Non
 
 
 def test_usr1_marks_the_signal_file_and_the_workers_keep_running(tmp_path: Path) -> None:
-    done = tmp_path / "done"
-    command = f"sleep 1.5; touch {done}; exit 3"
+    done, started = tmp_path / "done", tmp_path / "started"
+    # The worker starts after the script has set its traps: its first act says so.
+    command = f"touch {started}; sleep 1.5; touch {done}; exit 3"
     script = write_block_files(
         tmp_path, slot_id="s", block_id="1", command=command, walltime_s=60, launcher="none"
     )
     proc = subprocess.Popen(["bash", str(script)], env={**os.environ, "SLURM_JOB_ID": "99"})
-    time.sleep(0.5)
+    assert _appears(started, proc)
     proc.send_signal(signal.SIGUSR1)
     assert proc.wait(timeout=30) == 3  # the worker's own status, after it finished
     assert done.exists()
@@ -129,14 +133,55 @@ def test_a_beating_driver_keeps_its_block(tmp_path: Path) -> None:
 
 def test_sigterm_is_a_notice_the_script_waits_through(tmp_path: Path) -> None:
     # The workers ignore it here (a rank finishing its commit); the script must not leave first.
-    done = tmp_path / "done"
-    command = f"trap '' TERM; sleep 1.5; touch {done}; exit 4"
+    done, started = tmp_path / "done", tmp_path / "started"
+    command = f"trap '' TERM; touch {started}; sleep 1.5; touch {done}; exit 4"
     script = write_block_files(
         tmp_path, slot_id="s", block_id="1", command=command, walltime_s=60, launcher="none"
     )
     proc = subprocess.Popen(["bash", str(script)], env={**os.environ, "SLURM_JOB_ID": "77"})
-    time.sleep(0.5)
+    assert _appears(started, proc)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) == 4
     assert done.exists()
     assert (tmp_path / "usr1-77.term").exists()
+
+
+def test_urg_to_the_whole_pbs_session_is_the_scripts_usr1_and_ends_nothing(
+    tmp_path: Path,
+) -> None:
+    # PBS's qsig signals every process of a job's session: the login shell that runs the
+    # script (reading its path on stdin, as pbs_mom starts it), the script, the workers.
+    # SIGURG must reach the script's trap and leave every one of them running.
+    started, go = tmp_path / "started", tmp_path / "go"
+    command = f"touch {started}; until [ -e {go} ]; do sleep 0.05; done; exit 5"
+    script = write_block_files(
+        tmp_path, slot_id="s", block_id="1", command=command, walltime_s=60, launcher="none"
+    )
+    shell = subprocess.Popen(
+        ["bash"], stdin=subprocess.PIPE, start_new_session=True,
+        env={**os.environ, "PBS_JOBID": "9.pbs"},
+    )  # fmt: skip
+    try:
+        assert shell.stdin is not None
+        shell.stdin.write(f"{script}\n".encode())
+        shell.stdin.close()
+        assert wait_for(started.exists, 30, step_s=0.05)
+        assert kill_session(shell.pid, signal.SIGURG) >= 3  # login shell, script, worker
+        assert wait_for((tmp_path / "usr1-9.pbs").exists, 10, step_s=0.05)
+        assert shell.poll() is None  # the login shell lives on (USR1 ended it)
+        go.touch()
+        # The worker's own status, through both shells: it outlived the signal too.
+        assert shell.wait(timeout=30) == 5
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(shell.pid, signal.SIGKILL)
+
+
+def _appears(path: Path, proc: subprocess.Popen[bytes], timeout_s: float = 30.0) -> bool:
+    """Wait until ``path`` exists (the worker's readiness mark) while ``proc`` runs."""
+    deadline = time.monotonic() + timeout_s
+    while not path.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import json
+
 from parsl_malleable.harvest.planning import harvest_windows, plan_blocks
 from parsl_malleable.harvest.profile import SiteProfile
+from parsl_malleable.schedulers.pbs import build_pbs_snapshot
+from parsl_malleable.schedulers.pbs_parse import parse_pbs_vnodes, parse_qstat_queues, serve_queues
 from parsl_malleable.windows.predict import WindowPredictor
 
 from .snapshots import NOW, machine, native, queued
@@ -111,3 +115,55 @@ def test_preemption_mode_plans_blocks_past_the_predicted_window() -> None:
     fits_now = machine([native("r1", ("n1", "n2"), 540)], [queued("small", 3, 600)])
     taken = {n for b in plan_blocks(fits_now, 4, preempt, NAIVE) for n in b.node_ids}
     assert len(taken) == 1  # three of the four idle nodes start the queued job at once
+
+
+PBS = SiteProfile(
+    scheduler="pbs",
+    queue="workq",
+    safety_margin_s=60,
+    min_block_s=60,
+    max_nodes_per_block=2,
+    max_walltime_s=3600,
+    poll_interval_s=10,
+)
+
+
+def test_no_block_is_planned_on_a_node_its_queue_cannot_use() -> None:
+    # PBS: n1 and n2 are bound to queue otherq (only its jobs run there); n3..n6 serve workq,
+    # the blocks' queue. Such a block stayed queued ("Can Never Run") until it was withdrawn,
+    # and the next poll planned the same again.
+    parts = {"n1": ("otherq",), "n2": ("otherq",)} | {f"n{i}": ("workq",) for i in range(3, 7)}
+    snap = machine([], partitions=parts)
+    planned = sorted(n for b in plan_blocks(snap, 6, PBS, NAIVE) for n in b.node_ids)
+    assert planned == ["n3", "n4", "n5", "n6"]
+    # Blocks to otherq go to its nodes only; with a queue no node serves, none is planned.
+    to_other = PBS.model_copy(update={"queue": "otherq"})
+    assert sorted(n for b in plan_blocks(snap, 6, to_other, NAIVE) for n in b.node_ids) == [
+        "n1",
+        "n2",
+    ]
+    assert plan_blocks(snap, 6, PBS.model_copy(update={"queue": "nowhere"}), NAIVE) == []
+
+
+def test_without_a_queue_blocks_go_where_the_default_queue_may_run() -> None:
+    # qsub without -q sends a block to the server's default queue (PBSScheduler reads it).
+    parts = {"n1": ("otherq",), "n2": ("otherq",)} | {f"n{i}": ("workq",) for i in range(3, 7)}
+    snap = machine([], partitions=parts)
+    snap.default_partition = "workq"
+    anywhere = PBS.model_copy(update={"queue": None})
+    planned = sorted(n for b in plan_blocks(snap, 6, anywhere, NAIVE) for n in b.node_ids)
+    assert planned == ["n3", "n4", "n5", "n6"]
+
+
+def test_a_pbs_snapshot_of_a_bound_node_gets_no_block() -> None:
+    # The same through the PBS adapter's own reading: pbsnodes with queue=otherq on node01,
+    # the queues' settings from qstat -Q (otherq has bound vnodes).
+    nodes = {"nodes": {f"node0{i}": {"state": "free"} for i in range(1, 4)}}
+    nodes["nodes"]["node01"]["queue"] = "otherq"
+    queues = parse_qstat_queues(
+        json.dumps({"Queue": {"workq": {}, "otherq": {"hasnodes": "True"}}})
+    )
+    served = serve_queues(parse_pbs_vnodes(json.dumps(nodes)), queues)
+    snap = build_pbs_snapshot(NOW, served, [])
+    planned = {n for b in plan_blocks(snap, 6, PBS, NAIVE) for n in b.node_ids}
+    assert planned == {"node02", "node03"}

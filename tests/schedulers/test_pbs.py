@@ -56,8 +56,9 @@ def test_nodes_states() -> None:
         "node10": NodeState.ALLOCATED,
         "node11": NodeState.ALLOCATED,  # "free" but runs a shared job
     }
-    first = parse_pbsnodes(doc("pbsnodes.json"))[0]
-    assert first.partitions == ("workq", "harvest")
+    # Which queues may use a vnode takes the queues' settings (serve_queues): pbsnodes alone
+    # names only the queue a vnode is bound to, and none of these is bound.
+    assert {n.partitions for n in parse_pbsnodes(doc("pbsnodes.json"))} == {()}
 
 
 @pytest.mark.parametrize(
@@ -153,7 +154,6 @@ def test_malformed_json_is_named() -> None:
     [
         ("job_state", r"101.pbs-head: job_state"),
         ("Resource_List", r"101.pbs-head: Resource_List"),
-        ("stime", r"101.pbs-head: stime"),
         ("exec_vnode", r"101.pbs-head: exec_vnode"),
     ],
 )
@@ -215,6 +215,8 @@ def stand_ins(fake_bin, tmp_path) -> dict[str, str]:
         'case " $* " in *" -x "*) '
         f"cat {shlex.quote(str(PBS_DATA / 'qstat_x.json'))}; "
         'echo "qstat: Unknown Job Id 999.pbs-head" >&2; exit 153;; esac\n'
+        f'case " $* " in *" -Q "*) cat {shlex.quote(str(PBS_DATA / "qstat_Q.json"))}; exit;; esac\n'
+        f'case " $* " in *" -B "*) cat {shlex.quote(str(PBS_DATA / "qstat_B.json"))}; exit;; esac\n'
         f"cat {shlex.quote(str(PBS_DATA / 'qstat.json'))}"
     )
     env = fake_bin("qstat", qstat)
@@ -239,13 +241,28 @@ def test_adapter_through_stand_in_commands(fake_bin, tmp_path) -> None:
     pbs.cancel(["4242.pbs-head"])  # already gone: not an error
     pbs.signal_batch(["4242.pbs-head"], "USR1")
     calls = (tmp_path / "calls.log").read_text().splitlines()
-    assert calls[:3] == ["pbsnodes -a -F json", "qstat -f -F json", "pbs_rstat -f"]
-    qsub = "qsub -N pm-block -l select=2 -l place=scatter:excl -l walltime=00:10:00 -- sleep 10"
+    assert calls[:5] == [
+        "qstat -Q -f -F json",
+        "qstat -B -f -F json",
+        "pbsnodes -a -F json",
+        "qstat -f -t -F json",
+        "pbs_rstat -f",
+    ]
+    qsub = (
+        "qsub -N pm-block -r n -l select=2 -l place=scatter:excl -l walltime=00:10:00 -- sleep 10"
+    )
     assert qsub in calls
-    assert calls[-1] == "qsig -s USR1 4242.pbs-head"
+    # qsig signals every process of a job: USR1 would end its login shell, URG is ignored
+    # by all but the block script, which traps it as its USR1.
+    assert calls[-1] == "qsig -s URG 4242.pbs-head"
+    # The queue and server settings are read again only after queue_refresh_s.
+    pbs.snapshot()
+    later = (tmp_path / "calls.log").read_text().splitlines()[len(calls) :]
+    assert later == ["pbsnodes -a -F json", "qstat -f -t -F json", "pbs_rstat -f"]
 
 
 def test_adapter_garbage_is_a_command_error(fake_bin) -> None:
+    fake_bin("qstat", "echo '{}'")  # no queue or server settings: nothing restricts a vnode
     env = fake_bin("pbsnodes", "echo '<html>502 Bad Gateway</html>'")
     with pytest.raises(SchedulerCommandError, match="pbsnodes -a -F json: unparseable output"):
         PBSScheduler(env=env).snapshot()
