@@ -40,10 +40,10 @@ from parsl.executors import HighThroughputExecutor, ThreadPoolExecutor
 from pydantic import Field, StrictStr
 
 from parsl_malleable.allocate.curve import ScalingCurve
-from parsl_malleable.controller.agent import JobPayload
 from parsl_malleable.controller.functions import function_reference
 from parsl_malleable.controller.live import Controller, controller_for
 from parsl_malleable.controller.model import JobSpec
+from parsl_malleable.controller.node_agent import JobPayload
 from parsl_malleable.elastic.backends import BACKENDS, get_rendezvous_host
 from parsl_malleable.elastic.coordinator import Coordinator
 from parsl_malleable.elastic.rank import RankSettings

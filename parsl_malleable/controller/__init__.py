@@ -4,8 +4,16 @@
 :class:`Controller` runs it live for one Parsl executor, with agents on the workers that take
 its orders. See docs/controller.md.
 
+The modules: ``core`` (decisions), ``policy`` and ``admission`` (the allocator's inputs and
+choice), ``model`` (jobs, decisions, orders), ``blocks`` (block sources), ``phases`` (a node's
+phases, from submission to first step); live: ``live`` (the :class:`Controller` loop),
+``agent_pool`` (its agents: nodes, hold and release), ``job_book`` (its jobs and how they end),
+``agent_link`` (the driver's end of the agent channel), ``address``; on the workers:
+``node_agent`` (the agent process that runs ranks on a node) and ``functions`` (how a training
+function travels); ``agent`` is the old name of ``node_agent``, kept for one importer.
+
 The names below are loaded on first use: an agent on a worker imports
-``parsl_malleable.controller.agent`` alone, and must not pay for the allocator and Parsl's
+``parsl_malleable.controller.node_agent`` alone, and must not pay for the allocator and Parsl's
 DataFlowKernel before it can say hello (about 2 s of its start-up).
 """
 

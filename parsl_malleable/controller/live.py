@@ -1,6 +1,9 @@
 """``Controller``: the live loop joining blocks, jobs, the allocator and the ranks.
 
-One controller per harvesting executor, in the user's process. Every ``tick_s`` (and at once
+One controller per harvesting executor, in the user's process. It ties together the block
+source, the decisions of :class:`~parsl_malleable.controller.core.ControllerCore`, the agents
+on the workers (:class:`~parsl_malleable.controller.agent_pool.AgentPool`) and the registered
+jobs (:class:`~parsl_malleable.controller.job_book.JobBook`). Every ``tick_s`` (and at once
 when woken by a yield or an agent) it:
 
 1. collects ended agent tasks (a rank 0 that finished a job brings its result);
@@ -21,30 +24,21 @@ import secrets
 import statistics
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterable
-from typing import Any, Protocol
+from typing import Any
 
 import parsl
-from parsl.app.app import python_app
-from parsl.dataflow.futures import AppFuture
 from parsl.executors import HighThroughputExecutor
-from parsl.executors.high_throughput.errors import ManagerLost, WorkerLost
 
 from parsl_malleable.controller.address import controller_address, workers_per_node
-from parsl_malleable.controller.agent import (
-    AgentExit,
-    AgentSpec,
-    JobPayload,
-    coordinator_token,
-    run_agent,
-)
-from parsl_malleable.controller.agents import TERMINATED, AgentLink, AgentServer
+from parsl_malleable.controller.agent_link import TERMINATED, AgentLink
+from parsl_malleable.controller.agent_pool import AgentPool
 from parsl_malleable.controller.blocks import BlockDiff, BlockSource, ProviderBlocks, block_key
 from parsl_malleable.controller.core import ControllerCore, CoreSettings
+from parsl_malleable.controller.job_book import ControlledJob, JobBook
 from parsl_malleable.controller.model import DrainRanks, JobSpec, StartRanks
+from parsl_malleable.controller.node_agent import coordinator_token
 from parsl_malleable.controller.phases import BlockPhase, EpochReader, MemberPlace, PhaseLog
-from parsl_malleable.elastic.coordinator import Coordinator
 from parsl_malleable.errors import ConfigError
 from parsl_malleable.inputs import safe_name
 
@@ -55,44 +49,14 @@ _ATTRIBUTE = "_malleable_controller"
 STARTUP_WINDOW = 20
 
 
-class _JobOptions(Protocol):
-    @property
-    def checkpoint_dir(self) -> str: ...
-
-
-class ControlledJob(Protocol):
-    """What the controller needs of a job it runs.
-
-    :class:`parsl_malleable.app.ElasticJob` is the implementation; naming only these members
-    here keeps the controller below ``app.py``, which imports it (docs/architecture.md).
-    """
-
-    @property
-    def coordinator(self) -> Coordinator: ...
-
-    @property
-    def payload(self) -> JobPayload: ...
-
-    @property
-    def options(self) -> _JobOptions: ...
-
-    @property
-    def ended(self) -> bool: ...
-
-    def complete(self, value: Any) -> None:
-        """Rank 0 finished with ``value``."""
-
-    def fail(self, message: str) -> None:
-        """The job cannot finish; ``message`` says why."""
-
-
 class Controller:
     """Blocks + registered jobs + profiled curves -> allocator -> ranks, enforced.
 
     Made by :func:`controller_for` at the first ``@malleable_app`` call on an executor.
     ``settings`` time and shape decisions (:class:`CoreSettings`); ``source`` is where blocks
     come from (default: the executor's provider if it is a BackfillProvider); ``host`` is the
-    address to serve agents and ranks on (default: :func:`controller_address`).
+    address to serve agents and ranks on (default: :func:`controller_address`). The agent
+    options are :class:`~parsl_malleable.controller.agent_pool.AgentPool`'s.
     """
 
     def __init__(
@@ -115,30 +79,26 @@ class Controller:
         self.core = ControllerCore(settings or site_settings(executor.provider))
         self.ranks_per_node = workers_per_node(executor)
         self.tick_s = tick_s
-        self.agent_start_timeout_s = agent_start_timeout_s
-        self.agent_idle_s = agent_idle_s
-        self.max_agent_failures = max_agent_failures
-        self.warm_agents = warm_agents
         self.clock = clock
         if source is None and hasattr(executor.provider, "blocks"):
             source = ProviderBlocks(executor.provider)
         self.source = source
         self._token = secrets.token_hex(16)
         self._lock = threading.RLock()
-        self._jobs: dict[str, ControlledJob] = {}
-        self._ended: dict[str, ControlledJob] = {}
-        self._links: dict[str, AgentLink] = {}
-        self._agents: dict[str, tuple[AppFuture, float]] = {}
-        self._agent_job: dict[str, str] = {}  # agent id -> the job it last ran ranks of
-        self._agent_errors: dict[str, str] = {}  # job -> how the last agent that ran it failed
-        self._rank_errors: dict[str, str] = {}  # job -> what its training function last raised
+        self.jobs = JobBook()
+        self.agents = AgentPool(
+            executor,
+            self.host,
+            self._token,
+            self.ranks_per_node,
+            self._lock,
+            start_timeout_s=agent_start_timeout_s,
+            idle_s=agent_idle_s,
+            max_failures=max_agent_failures,
+            warm=warm_agents,
+        )
         self._seen_blocks: dict[str, str] = {}  # block key -> Parsl block id
         self._blocks = BlockDiff()
-        self._held_blocks: set[str] = set()  # Parsl block ids whose managers were held
-        self._held_managers: set[str] = set()
-        self._agent_failures = 0
-        self._idle_since: dict[str, float] = {}
-        self._gone_agents: set[str] = set()  # connected once, now disconnected, task unfinished
         self.phases = PhaseLog()
         self._places: dict[str, MemberPlace] = {}  # member id -> where its rank runs
         self._readers: dict[str, EpochReader] = {}  # job -> its coordinator events, read so far
@@ -146,8 +106,6 @@ class Controller:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._server: AgentServer | None = None
-        self._agent_app = python_app(run_agent, executors=[executor.label])
         self._dfk = parsl.dfk()
         if self.source is not None:
             self.source.attach(self._wake.set)
@@ -164,10 +122,7 @@ class Controller:
         with self._lock:
             if self._thread is not None:
                 return
-            self._server = AgentServer(
-                (self.host, 0), self._token, self._on_hello, self._on_report, self._on_gone
-            )
-            self._server.start()
+            server = self.agents.serve(self._on_hello, self._on_report, self._on_gone)
             self._thread = threading.Thread(
                 target=self._run, name=f"controller-{self.executor.label}", daemon=True
             )
@@ -176,7 +131,7 @@ class Controller:
             "controller for executor %s serving agents on %s:%d (%d rank(s) per node)",
             self.executor.label,
             self.host,
-            self._server.server_address[1],
+            server.server_address[1],
             self.ranks_per_node,
         )
 
@@ -188,7 +143,7 @@ class Controller:
         """Schedule ``job`` (called by ``@malleable_app``)."""
         with self._lock:
             self.core.add_job(spec, self.clock())
-            self._jobs[spec.name] = job
+            self.jobs.add(spec.name, job)
         job.coordinator.start()
         logger.info(
             "job %s registered: %d-%d nodes, priority %g, curve %s",
@@ -217,7 +172,7 @@ class Controller:
                     yielding=True,
                     reason=reason,
                 )
-            self._hold(wanted)
+            self.agents.hold_blocks(wanted)
         self._wake.set()
         return keys
 
@@ -230,17 +185,34 @@ class Controller:
         """Jobs (nodes, target, measured throughput, world size), agents, last decision."""
         with self._lock:
             state = self.core.state()
-            where = {lk.member: lk.node_name for lk in self._links.values() if lk.member}
+            where = self.agents.member_nodes()
             for name, info in state["jobs"].items():
-                job = self._jobs.get(name)
+                job = self.jobs.get(name)
                 if job is not None:
                     members = job.coordinator.current_members()
                     info["world_size"] = len(members)
                     info["rank_nodes"] = sorted({where.get(m.member_id, "?") for m in members})
                     info["step"] = job.coordinator.last_step()
-            state["agents"] = len(self._links)
-            state["ended_jobs"] = sorted(self._ended)
+            state["agents"] = len(self.agents.links)
+            state["ended_jobs"] = sorted(self.jobs.ended)
             return state
+
+    # The agent options, read-only here (the pool holds them).
+    @property
+    def agent_start_timeout_s(self) -> float:
+        return self.agents.start_timeout_s
+
+    @property
+    def agent_idle_s(self) -> float:
+        return self.agents.idle_s
+
+    @property
+    def max_agent_failures(self) -> int:
+        return self.agents.max_failures
+
+    @property
+    def warm_agents(self) -> bool:
+        return self.agents.warm
 
     @property
     def decisions(self) -> list[Any]:
@@ -264,10 +236,8 @@ class Controller:
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(10)
         with self._lock:
-            for job in list(self._jobs.values()):
-                job.fail("the controller was closed before the job finished")
-        if self._server is not None:
-            self._server.close()
+            self.jobs.fail_all("the controller was closed before the job finished")
+        self.agents.close()
 
     # ------------------------------------------------------------------ agent channel
 
@@ -276,23 +246,13 @@ class Controller:
         key = block_key(str(hello.get("block", "")), hello.get("job_id"))
         now = self.clock()
         with self._lock:
-            self._agent_failures = 0
+            self.agents.heard_from()
             block = self.core.blocks.get(key)
             if self._stop.is_set() or (block is not None and block.yielding):
                 return None
-            link = AgentLink(
-                agent_id=str(hello.get("agent")),
-                node_id=node_id,
-                node_name=str(hello.get("node", node_id)),
-                block_key=key,
-                parsl_block=str(hello.get("block", "")),
-                local_rank=int(hello.get("local_rank", 0)),
-                local_size=max(1, int(hello.get("local_size", 1))),
-                jobs=frozenset(str(j) for j in hello.get("jobs", [])),
-            )
-            self._links[link.agent_id] = link
+            link = self.agents.arrive(hello, key)
             self._seen_blocks.setdefault(key, link.parsl_block)
-            peers = self._node_links(node_id)
+            peers = self.agents.node_links(node_id)
             if len(peers) >= link.local_size and all(p.job is None for p in peers):
                 self.core.node_ready(node_id, key, now, name=link.node_name)
                 self.phases.record(key, BlockPhase.WORKER, now, link.node_name)
@@ -302,36 +262,25 @@ class Controller:
     def _on_report(self, link: AgentLink, report: dict[str, Any]) -> None:
         now = self.clock()
         with self._lock:
-            job, link.job, link.member = link.job, None, None
-            # This agent's rank of ``job`` is over: it cannot bring rank 0's value any more.
-            self._agent_job.pop(link.agent_id, None)
+            job = self.agents.rank_ended(link)
             if report.get("status") == "failed":
                 logger.warning("rank of job %s failed: %s", job, report.get("reason"))
                 if job is not None:
-                    self._rank_errors[job] = str(report.get("reason"))
+                    self.jobs.rank_failed(job, str(report.get("reason")))
             if report.get("status") == TERMINATED:
                 # Its worker pool got SIGTERM (a preemption): HTEX lists the pool until its
                 # heartbeats time out, and an agent sent there meanwhile would be lost with it.
                 logger.info("node %s is being taken (its agent got SIGTERM)", link.node_name)
-                self._hold_managers({link.node_id})
-            if all(p.job is None for p in self._node_links(link.node_id)):
+                self.agents.hold_managers({link.node_id})
+            if self.agents.node_free(link.node_id):
                 self.core.ranks_left(link.node_id, now)
         self._wake.set()
 
     def _on_gone(self, link: AgentLink) -> None:
         with self._lock:
-            self._links.pop(link.agent_id, None)
-            # Its task may stay unfinished for a while (HTEX notices a dead pool only when
-            # its heartbeats time out): it is not an agent on its way to a node.
-            self._gone_agents.add(link.agent_id)
+            self.agents.disconnected(link)
             self.core.node_gone(link.node_id, self.clock())
         self._wake.set()
-
-    def _node_links(self, node_id: str) -> list[AgentLink]:
-        return sorted(
-            (lk for lk in self._links.values() if lk.node_id == node_id),
-            key=lambda lk: lk.local_rank,
-        )
 
     # ------------------------------------------------------------------ the loop
 
@@ -343,15 +292,13 @@ class Controller:
                 logger.info("the DataFlowKernel is shutting down: controller stops")
                 self._stop.set()
                 with self._lock:
-                    for job in list(self._jobs.values()):
-                        job.fail("the Parsl DataFlowKernel is shutting down")
+                    self.jobs.fail_all("the Parsl DataFlowKernel is shutting down")
                 break
             try:
                 self.tick()
             except Exception:  # the loop must survive anything one tick meets
                 logger.exception("controller tick failed")
-        if self._server is not None:
-            self._server.close()
+        self.agents.close()
 
     def tick(self) -> None:
         """One pass of the loop (see the module docstring)."""
@@ -367,38 +314,17 @@ class Controller:
                     self._start_ranks(action)
                 elif isinstance(action, DrainRanks):
                     self._drain_ranks(action)
-            self._release_idle(now)
+            self.agents.release_idle(self.core, now, self._usable_nodes(now) - self._wanted_nodes())
         self._top_up_agents()
 
     def _collect_agents(self) -> None:
-        for agent_id, (future, _) in list(self._agents.items()):
-            if not future.done():
-                continue
-            del self._agents[agent_id]
-            self._gone_agents.discard(agent_id)
-            ran = self._agent_job.pop(agent_id, None)
-            error = future.exception()
-            if error is not None and ran is not None:
-                self._agent_errors[ran] = f"{type(error).__name__}: {error}"
-            if error is None:
-                self._agent_failures = 0
-                self._agent_ended(future.result())
-            elif isinstance(error, ManagerLost | WorkerLost):
-                logger.info("agent %s lost with its worker: %s", agent_id, error)
-            else:
-                self._agent_failures += 1
-                logger.warning("agent task %s failed: %r", agent_id, error)
-                if self._agent_failures >= self.max_agent_failures:
-                    for job in list(self._jobs.values()):
-                        job.fail(f"agent tasks fail on the workers: {error!r}")
-
-    def _agent_ended(self, ended: AgentExit) -> None:
-        if ended.reason == "finished" and ended.outcome is not None and ended.job:
-            job = self._jobs.get(ended.job)
-            if job is not None:
-                job.complete(ended.outcome.value)
-        elif ended.reason == "lost":
-            logger.info("agent %s lost the controller: %s", ended.agent_id, ended.message)
+        for ended in self.agents.collect():
+            if ended.error is not None and ended.ran is not None:
+                self.jobs.agent_failed(ended.ran, ended.error)
+            if ended.exit is not None:
+                self.jobs.agent_exited(ended.exit)
+            if ended.too_many_failures:
+                self.jobs.fail_all(f"agent tasks fail on the workers: {ended.error!r}")
 
     def _sync_blocks(self, now: float) -> None:
         if self.source is None:
@@ -423,41 +349,10 @@ class Controller:
             for k, b in self.core.blocks.items()
             if b.yielding and k in self._seen_blocks
         }
-        self._hold(leaving)
-        # A slot's next scheduler job reuses the Parsl block id: its managers may be held anew.
-        self._held_blocks &= leaving
-
-    def _hold_managers(self, manager_ids: set[str]) -> None:
-        """Put these HTEX managers on hold (no task is sent to them again)."""
-        for manager_id in manager_ids - self._held_managers:
-            try:
-                self.executor._hold_manager(manager_id)
-            except Exception as exc:
-                logger.debug("hold of manager %s: %s", manager_id, exc)
-                continue
-            self._held_managers.add(manager_id)
-
-    def _hold(self, parsl_blocks: Iterable[str]) -> None:
-        """Put the HTEX managers of blocks being left on hold: no task is sent there again.
-
-        By manager, not by Parsl block id: a BackfillProvider slot reuses its block id for
-        the next scheduler job, whose managers must get work.
-        """
-        wanted = set(parsl_blocks) - self._held_blocks
-        if not wanted:
-            return
-        try:
-            managers = self.executor.connected_managers()
-        except Exception as exc:
-            logger.debug("cannot list managers to hold: %s", exc)
-            return
-        self._hold_managers(
-            {str(m.get("manager")) for m in managers if str(m.get("block_id")) in wanted}
-        )
-        self._held_blocks |= wanted
+        self.agents.hold_leaving(leaving)
 
     def _feed_measurements(self) -> None:
-        for name, job in self._jobs.items():
+        for name, job in self.jobs.running.items():
             rates, pauses = job.coordinator.take_measurements()
             for world_size, rate in rates:
                 self.core.report_throughput(name, max(1, world_size // self.ranks_per_node), rate)
@@ -466,7 +361,7 @@ class Controller:
 
     def _read_phases(self, now: float) -> None:
         """Turn the coordinators' new events into phase events and training time."""
-        for name, job in self._jobs.items():
+        for name, job in self.jobs.running.items():
             reader = self._readers.get(name)
             if reader is None:
                 reader = self._readers[name] = EpochReader(name, self.phases, self._places)
@@ -490,62 +385,22 @@ class Controller:
             provider.startup_s = statistics.median(recent)
 
     def _end_jobs(self, now: float) -> None:
-        for name, job in list(self._jobs.items()):
-            outcome = job.coordinator.outcome
-            if outcome == "aborted" and not job.ended:
-                job.fail(job.coordinator.abort_message or "training aborted")
-            if outcome == "done" and not job.ended and not self._rank0_pending(name):
-                self._finish_without_rank0(name, job)
-            if job.ended:
-                self.core.end_job(name, now)
-                if not any(lk.job == name for lk in self._links.values()):
-                    job.coordinator.close()
-                    self._ended[name] = self._jobs.pop(name)
-                    reader = self._readers.pop(name, None)
-                    if reader is not None:
-                        reader.feed(job.coordinator.events_since(reader.fed))
-                    for member in [m for m, p in self._places.items() if p.job == name]:
-                        del self._places[member]
-
-    def _finish_without_rank0(self, name: str, job: ControlledJob) -> None:
-        """Training finished, yet no agent brought rank 0's value: fail if the training function
-        raised after training; else (its worker was lost, e.g. the block ended between
-        ``finish`` and the task's return) use the copy rank 0 sent the coordinator with
-        ``finish``, or fail saying where the final checkpoint is."""
-        raised = self._rank_errors.get(name)
-        if raised is not None:
-            # Code after ``ctx.run`` failed: the copy is the loop's value, not the function's.
-            job.fail(
-                f"training finished, but the training function then raised: {raised}; the "
-                f"final checkpoint is in {job.options.checkpoint_dir}"
-            )
-            return
-        why = self._agent_errors.get(name, "its worker was lost")
-        copy = job.coordinator.result
-        if copy is not None:
-            job.coordinator.warn(
-                f"the task of rank 0 failed after training finished ({why}); the result is "
-                "the copy rank 0 sent its coordinator (as JSON: tuples became lists)"
-            )
-            job.complete(copy[0])
-            return
-        job.fail(
-            "training finished but the task of rank 0 failed before returning its "
-            f"result ({why}); the result does not travel as JSON, so only Parsl could bring "
-            f"it; the final checkpoint is in {job.options.checkpoint_dir}"
-        )
-
-    def _rank0_pending(self, name: str) -> bool:
-        """Whether an agent that ran ranks of ``name`` may still bring its result."""
-        return any(
-            not future.done()
-            for agent, (future, _) in self._agents.items()
-            if self._agent_job.get(agent) == name
-        )
+        for name, job in self.jobs.items():
+            if not self.jobs.settle(name, job, self.agents.rank0_pending):
+                continue
+            self.core.end_job(name, now)
+            if self.agents.running(name):
+                continue
+            self.jobs.retire(name)
+            reader = self._readers.pop(name, None)
+            if reader is not None:
+                reader.feed(job.coordinator.events_since(reader.fed))
+            for member in [m for m, p in self._places.items() if p.job == name]:
+                del self._places[member]
 
     def _start_ranks(self, action: StartRanks) -> None:
-        job = self._jobs.get(action.job)
-        links = self._node_links(action.node)
+        job = self.jobs.get(action.job)
+        links = self.agents.node_links(action.node)
         if job is None or not links:
             self.core.ranks_left(action.node, self.clock())
             return
@@ -557,22 +412,21 @@ class Controller:
             return
         host, port = job.coordinator.address
         for lk in links:
-            lk.job, lk.member = action.job, uuid.uuid4().hex[:12]
-            self._places[lk.member] = MemberPlace(lk.block_key, lk.node_name, action.job)
-            self._agent_job[lk.agent_id] = action.job
+            member = self.agents.assign(lk, action.job)
+            self._places[member] = MemberPlace(lk.block_key, lk.node_name, action.job)
             lk.orders.put(
                 {
                     "action": "run",
                     "job": action.job,
-                    "member": lk.member,
+                    "member": member,
                     "host": host,
                     "port": port,
                 }
             )
 
     def _drain_ranks(self, action: DrainRanks) -> None:
-        job = self._jobs.get(action.job)
-        members = [lk.member for lk in self._node_links(action.node) if lk.member]
+        job = self.jobs.get(action.job)
+        members = [lk.member for lk in self.agents.node_links(action.node) if lk.member]
         logger.info(
             "job %s leaves node %s (%s)",
             action.job,
@@ -585,23 +439,6 @@ class Controller:
     def _wanted_nodes(self) -> int:
         return sum(spec.max_nodes for spec in self.core.jobs.values())
 
-    def _release_idle(self, now: float) -> None:
-        """Let agents go from free nodes that are being left, or that no job can use."""
-        surplus = self._usable_nodes(now) - self._wanted_nodes()
-        for node in list(self.core.nodes.values()):
-            if node.job is not None:
-                self._idle_since.pop(node.node_id, None)
-                continue
-            since = self._idle_since.setdefault(node.node_id, now)
-            usable = self.core.usable(node, now)
-            if usable and not (surplus > 0 and now - since >= self.agent_idle_s):
-                continue
-            for lk in self._node_links(node.node_id):
-                lk.orders.put({"action": "exit", "reason": "no job wants this node"})
-            self.core.node_gone(node.node_id, now)
-            self._idle_since.pop(node.node_id, None)
-            surplus -= int(usable)
-
     def _usable_nodes(self, now: float) -> int:
         return sum(1 for n in self.core.nodes.values() if self.core.usable(n, now))
 
@@ -609,52 +446,10 @@ class Controller:
         with self._lock:
             if not self.core.jobs:
                 return
-            now = time.monotonic()
-            pending = [
-                a
-                for a, (f, t) in self._agents.items()
-                if a not in self._links
-                and a not in self._gone_agents
-                and not f.done()
-                and now - t < self.agent_start_timeout_s
-            ]
-            # Agents of a node whose other rank slots have not connected yet count as coming.
-            partial = sum(1 for lk in self._links.values() if lk.node_id not in self.core.nodes)
             nodes_wanted = self._wanted_nodes() - self._usable_nodes(self.clock())
-            slots_wanted = nodes_wanted * self.ranks_per_node - len(pending) - partial
-            catalogue = {name: job.payload for name, job in self._jobs.items() if not job.ended}
-        if slots_wanted <= 0:
-            return
-        try:
-            managers = self.executor.connected_managers()
-        except Exception as exc:
-            logger.debug("cannot list managers: %s", exc)
-            return
-        idle = sum(
-            max(0, int(m["worker_count"]) - int(m["tasks"]))
-            for m in managers
-            if m.get("active", True)  # held managers are inactive
-        )
-        count = min(idle - len(pending), slots_wanted)
-        logger.debug(
-            "agents: %d idle workers, %d agents starting, %d slots wanted -> %d new",
-            idle,
-            len(pending),
-            slots_wanted,
-            max(0, count),
-        )
-        if count <= 0:
-            return
-        address = self._server.server_address if self._server is not None else None
-        if address is None:
-            return
-        for _ in range(count):
-            spec = AgentSpec(
-                self.host, int(address[1]), self._token, uuid.uuid4().hex[:12], self.warm_agents
-            )
-            future = self._agent_app(spec, catalogue)
-            with self._lock:
-                self._agents[spec.agent_id] = (future, time.monotonic())
+            slots_wanted, starting = self.agents.wanted_slots(nodes_wanted, self.core.nodes)
+            catalogue = self.jobs.catalogue()
+        self.agents.top_up(slots_wanted, starting, catalogue)
 
 
 def site_settings(provider: object) -> CoreSettings:

@@ -1,7 +1,7 @@
 """An authenticated JSON-lines server: strangers are held without threads, peers get one each.
 
 Shared by the job's coordinator (:mod:`~parsl_malleable.elastic.coordinator_server`) and the
-controller's agent link (:mod:`parsl_malleable.controller.agents`). A connection's life:
+controller's agent link (:mod:`parsl_malleable.controller.agent_link`). A connection's life:
 
 1. *Pending.* One selector thread accepts it, sends a fresh nonce (:class:`~.messages.Challenge`)
    and waits, without blocking, for :class:`~.messages.Auth`: HMAC-SHA256 of the nonce with the

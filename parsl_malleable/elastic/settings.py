@@ -2,7 +2,7 @@
 and the ``prepare`` hook a training function may carry.
 
 Plain dataclasses without torch, so that an agent can unpickle its task and say hello before it
-imports torch (controller/agent.py); :mod:`parsl_malleable.elastic.rank` re-exports them.
+imports torch (controller/node_agent.py); :mod:`parsl_malleable.elastic.rank` re-exports them.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 A fresh process pays for ``import torch`` (about 1.6 s here) and again for the lazy imports
 of its first optimizer (``torch._dynamo``, about 1.6 s more). A rank that joins a running job
 pays both between "node ready" and its first step unless something paid them before: the
-agent's warm-up thread imports this module (controller/agent.py) while the controller decides.
+agent's warm-up thread imports this module (controller/node_agent.py) while the controller decides.
 """
 
 from __future__ import annotations

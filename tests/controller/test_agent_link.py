@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from parsl_malleable.controller.agent import coordinator_token
-from parsl_malleable.controller.agents import AgentLink, AgentServer
+from parsl_malleable.controller.agent_link import AgentLink, AgentServer
+from parsl_malleable.controller.node_agent import coordinator_token
 from parsl_malleable.elastic.message_server import Limits
 from parsl_malleable.elastic.wire import CoordinatorClient, LineReader, proof, send_message
 from parsl_malleable.errors import MalleableError

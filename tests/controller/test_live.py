@@ -108,7 +108,7 @@ def test_two_ranks_per_node_with_local_ranks(tmp_path):
         assert job.coordinator.wait_for(lambda c: c.running_world_size() == 4, 120)
         with controller._lock:
             placed = sorted(
-                (lk.node_id, lk.local_rank, lk.job) for lk in controller._links.values()
+                (lk.node_id, lk.local_rank, lk.job) for lk in controller.agents.links.values()
             )
         result = job.future.result(timeout=240)
     finally:

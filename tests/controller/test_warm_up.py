@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from parsl_malleable.controller.agent import JobPayload, WarmUp
 from parsl_malleable.controller.functions import function_reference
+from parsl_malleable.controller.node_agent import JobPayload, WarmUp
 from parsl_malleable.elastic.settings import RankSettings, prepared_by
 
 PREPARED: list[dict[str, Any]] = []
@@ -66,8 +66,9 @@ def test_an_agent_imports_neither_torch_nor_the_allocator_before_its_hello() -> 
     # What a worker imports to unpickle an agent task: the module of run_agent and the
     # classes of its arguments. Torch (and the controller's allocator) come after the hello.
     code = (
-        "import sys, parsl_malleable.controller.agent as a, parsl_malleable.elastic.settings;"
-        "print(sorted(m for m in ('torch', 'pulp', 'parsl_malleable.controller.live')"
+        "import sys, parsl_malleable.controller.node_agent as a, parsl_malleable.elastic.settings;"
+        "print(sorted(m for m in ('torch', 'pulp', 'parsl_malleable.controller.live',"
+        " 'parsl_malleable.controller.agent_pool', 'parsl_malleable.controller.job_book')"
         " if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -96,7 +96,7 @@ def test_a_block_yields_to_a_queued_native_before_it_starts(
 _WHERE = """
 def where():
     import os
-    from parsl_malleable.controller.agent import where_am_i
+    from parsl_malleable.controller.node_agent import where_am_i
 
     here = where_am_i()
     return os.environ.get("PM_NODE_NAME"), here["node"], here["job_id"]

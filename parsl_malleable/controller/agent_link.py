@@ -62,7 +62,7 @@ Name = Annotated[str, Field(min_length=1, max_length=256)]
 
 
 class AgentHello(Request):
-    """Where an agent runs (:func:`~parsl_malleable.controller.agent.where_am_i`) and which
+    """Where an agent runs (:func:`~parsl_malleable.controller.node_agent.where_am_i`) and which
     jobs its task carries."""
 
     op: Literal["hello"]
