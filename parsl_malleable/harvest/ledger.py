@@ -114,4 +114,17 @@ class BlockInfo:
         )
 
 
-__all__ = ["BlockInfo", "JobRecord", "Phase", "Slot"]
+@dataclass
+class PollReport:
+    """What one poll did (for logs, tests and the overhead benchmark)."""
+
+    started: float
+    error: str = ""
+    ended: list[str] = field(default_factory=list)
+    yielded: list[str] = field(default_factory=list)
+    submitted: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    queries: int = 0
+
+
+__all__ = ["BlockInfo", "JobRecord", "Phase", "PollReport", "Slot"]

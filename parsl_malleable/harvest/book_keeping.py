@@ -1,0 +1,218 @@
+"""Keeping the provider's book in agreement with the scheduler at every poll.
+
+Each snapshot is matched against the book (:func:`~.reconcile.match_blocks`): records are
+marked running, corrected by name, ended when the scheduler confirms it; strays of ours are
+cancelled. How an ended job reads to Parsl, and giving up after repeated failures, live here.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from parsl.jobs.states import JobState as ParslState
+
+from parsl_malleable.errors import MalleableError
+from parsl_malleable.harvest.cancelling import Cancelling
+from parsl_malleable.harvest.ledger import JobRecord, Phase, PollReport
+from parsl_malleable.harvest.provider_state import logger
+from parsl_malleable.harvest.reconcile import CONFIRM_POLLS, match_blocks
+from parsl_malleable.harvest.states import CancelReason, end_state, is_failure
+from parsl_malleable.schedulers.records import JobState
+from parsl_malleable.snapshot import Snapshot
+
+
+class BookKeeping(Cancelling):
+    """The book kept in agreement with the scheduler at every poll (a part of the provider)."""
+
+    def _reconcile(self, snap: Snapshot, report: PollReport) -> None:
+        with self._lock:
+            found = match_blocks([r for r in self._jobs.values() if r.active], snap, self._tag)
+            for old, new in found.renamed:
+                self._correct_id(old, new)
+            for job_id, job in found.running.items():
+                rec = self._jobs[_renamed(job_id, found.renamed)]
+                rec.missing_polls = 0
+                self._mark_running(rec, job.nodes, job.start, job.time_limit)
+            for job_id in found.pending:
+                self._jobs[_renamed(job_id, found.renamed)].missing_polls = 0
+            missing = [self._jobs[j] for j in found.missing]
+        if found.strays:
+            self._cancel_strays(found.strays, report)
+        if missing:
+            self._settle_missing(missing, report)
+
+    def _correct_id(self, old: str, new: str) -> None:
+        """The scheduler shows the block recorded as ``old`` as job ``new`` (its submit
+        printed a wrong id): re-key the record. Called with the lock held."""
+        rec = self._jobs.pop(old)
+        rec.job_id = new
+        self._jobs[new] = rec
+        slot = self._slots.get(rec.slot_id)
+        if slot is not None:
+            slot.jobs = [new if j == old else j for j in slot.jobs]
+            self.resources[slot.slot_id]["scheduler_job_id"] = new
+        self.faults["id_corrected"] += 1
+        logger.warning(
+            "block %s was recorded as job %s but the scheduler shows it as job %s: corrected",
+            rec.name,
+            old,
+            new,
+        )
+
+    def _cancel_strays(self, job_ids: list[str], report: PollReport) -> None:
+        """Take jobs of ours that no record holds into the book, and cancel them."""
+        now = self.clock()
+        strays = []
+        with self._lock:
+            for job_id in job_ids:
+                if job_id in self._jobs and self._jobs[job_id].active:
+                    continue
+                rec = JobRecord(
+                    job_id=job_id,
+                    slot_id="",
+                    block_id="",
+                    nodes_requested=0,
+                    walltime_s=0.0,
+                    planned_nodes=(),
+                    window_end=now,
+                    submitted_at=now,
+                    phase=Phase.YIELDING,
+                    cancel_reason=CancelReason.STRAY,
+                )
+                self._jobs[job_id] = rec
+                strays.append(rec)
+        if not strays:
+            return
+        self.faults["strays_cancelled"] += len(strays)
+        logger.warning(
+            "jobs %s carry this provider's name (%s) but no block holds them: cancelling",
+            ", ".join(r.job_id for r in strays),
+            self._tag,
+        )
+        report.skipped.extend(f"{r.job_id}: stray job of ours, cancelled" for r in strays)
+        self._cancel_now(strays)
+
+    def _settle_missing(self, missing: list[JobRecord], report: PollReport) -> None:
+        """Records the snapshot did not list: ended when the scheduler says so, kept while a
+        second query says they live, dropped (and cancelled, in case) only when neither query
+        knows them for :data:`CONFIRM_POLLS` polls in a row."""
+        statuses = self.scheduler.status([r.job_id for r in missing])
+        unknown = [
+            r
+            for r in missing
+            if r.job_id in statuses and statuses[r.job_id].state is JobState.UNKNOWN
+        ]
+        if unknown:
+            # Asked another way (Slurm: scontrol): an empty squeue must not end a live block.
+            statuses.update(self.scheduler.confirm_gone([r.job_id for r in unknown]))
+        dropped: list[JobRecord] = []
+        with self._lock:
+            for rec in unknown:
+                st = statuses.get(rec.job_id)
+                if st is None or st.state is not JobState.UNKNOWN:
+                    if st is not None and not st.state.finished:
+                        self.faults["missing_kept"] += 1
+                        self._say_once(
+                            f"job {rec.job_id}",
+                            "the job query does not list it but the scheduler says "
+                            f"{st.raw_state or st.state.value}: kept",
+                            level=logging.WARNING,
+                        )
+                    continue
+                rec.missing_polls += 1
+                if rec.missing_polls < CONFIRM_POLLS:
+                    statuses.pop(rec.job_id)  # not yet: ask again at the next poll
+                else:
+                    dropped.append(rec)
+        if dropped:
+            self.faults["missing_dropped"] += len(dropped)
+            try:  # it may live on where no query sees it; cancelling a gone job is harmless
+                self.scheduler.cancel([r.job_id for r in dropped])
+            except MalleableError as exc:
+                logger.warning("cancel of vanished blocks %s: %s", [r.job_id for r in dropped], exc)
+        ended = [
+            r
+            for r in missing
+            if r.job_id in statuses
+            and (statuses[r.job_id].state is JobState.UNKNOWN or statuses[r.job_id].state.finished)
+        ]
+        preempted = self._preempted_by_site(ended, statuses)
+        now = self.clock()
+        with self._lock:
+            for rec in missing:
+                st = statuses.get(rec.job_id)
+                if st is None:
+                    continue
+                if st.state is JobState.UNKNOWN or st.state.finished:
+                    state = JobState.PREEMPTED if rec.job_id in preempted else st.state
+                    self._end(rec, state, now, st.end_limit)
+                    report.ended.append(rec.job_id)
+                elif st.state in (JobState.RUNNING, JobState.COMPLETING) and st.start is not None:
+                    limit = (st.end_limit - st.start) if st.end_limit is not None else None
+                    self._mark_running(rec, st.nodes, st.start, limit)
+
+    def _mark_running(
+        self, rec: JobRecord, nodes: tuple[str, ...], start: float, limit: float | None
+    ) -> None:
+        if rec.phase is Phase.PENDING:
+            rec.phase = Phase.RUNNING
+            logger.info("block job %s running on %s", rec.job_id, ",".join(nodes))
+        rec.nodes = nodes or rec.nodes
+        rec.start = start
+        rec.deadline = start + (limit if limit is not None else rec.walltime_s)
+
+    def _end(self, rec: JobRecord, state: JobState, now: float, end_limit: float | None) -> None:
+        parsl_state, why = end_state(
+            state,
+            cancel_reason=rec.cancel_reason,
+            end_limit=rec.deadline if rec.deadline is not None else end_limit,
+            now=now,
+            seen_running=rec.start is not None,
+        )
+        rec.phase = Phase.ENDED
+        rec.end_state = parsl_state
+        rec.message = f"job {rec.job_id}: {why} ({state.value})"
+        rec.ended_at = now
+        logger.info("block %s", rec.message)
+        slot = self._slots.get(rec.slot_id)
+        if is_failure(parsl_state):
+            self._failures += 1
+            if self._failures >= self.profile.max_consecutive_failures:
+                self._give_up(f"{self._failures} blocks failed in a row; last: {rec.message}")
+        elif rec.start is not None:
+            self._failures = 0
+        if slot is None or slot.closed or slot.final is not None:
+            return
+        if not self.recycle and rec.cancel_reason is not CancelReason.NOT_STARTED:
+            slot.final, slot.final_message = parsl_state, rec.message
+
+    def _preempted_by_site(self, ended: list[JobRecord], states: dict[str, Any]) -> set[str]:
+        """The ended blocks Slurm preempted (preemption mode). A preempted block whose workers
+        left within the grace time ends with their exit status (FAILED, COMPLETED), not
+        PREEMPTED, and a preemption must not count towards giving up."""
+        if self.profile.preemption == "none":
+            return set()
+        candidates = [
+            r.job_id
+            for r in ended
+            if r.cancel_reason is None
+            and r.start is not None
+            and states[r.job_id].state not in (JobState.PREEMPTED, JobState.TIMEOUT)
+        ]
+        return self.scheduler.preempted(candidates) if candidates else set()
+
+    def _give_up(self, message: str) -> None:
+        self._gave_up = message
+        logger.error("backfill provider stops launching: %s", message)
+        for slot in self._slots.values():
+            if not slot.closed and slot.final is None:
+                slot.final, slot.final_message = ParslState.FAILED, message
+
+
+def _renamed(job_id: str, renamed: list[tuple[str, str]]) -> str:
+    """The id a record is kept under after :meth:`BookKeeping._correct_id`."""
+    return dict(renamed).get(job_id, job_id)
+
+
+__all__ = ["BookKeeping"]

@@ -1,0 +1,209 @@
+"""Launching blocks: windows, the demand, the start test, and a submit that survives faults.
+
+Which waiting slots get a block this poll, how large and for how long (the planner and the
+demand callable), confirmed by the scheduler's start test, submitted so that a failing
+submit command leaves nothing untracked (:mod:`~.submission`).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from pathlib import Path
+
+from parsl_malleable.allocate.result import BlockRequest
+from parsl_malleable.errors import StartRefused
+from parsl_malleable.harvest.book_keeping import BookKeeping
+from parsl_malleable.harvest.demand import DemandContext
+from parsl_malleable.harvest.launch import write_block_files
+from parsl_malleable.harvest.ledger import JobRecord, PollReport, Slot
+from parsl_malleable.harvest.planning import (
+    block_destination,
+    block_nodes,
+    harvest_windows,
+    plan_blocks,
+)
+from parsl_malleable.harvest.provider_state import logger
+from parsl_malleable.harvest.states import CancelReason
+from parsl_malleable.harvest.submission import block_name, submit_block
+from parsl_malleable.snapshot import NodeState, Snapshot
+
+
+class Launching(BookKeeping):
+    """Launching blocks (a part of the provider)."""
+
+    def _launch(self, snap: Snapshot, report: PollReport) -> None:
+        with self._lock:
+            if self._gave_up:
+                return
+            waiting = [s for s in self._slots.values() if s.waiting]
+            active = [r for r in self._jobs.values() if r.active]
+        if not waiting:
+            return
+        held = sum(len(r.nodes) or r.nodes_requested for r in active)
+        busy = {n for r in active for n in (r.nodes or r.planned_nodes)}
+        windows = harvest_windows(
+            snap, self.profile, self.predictor, exclude=busy, min_block_s=self.min_block_s
+        )
+        cap_left = self.profile.max_nodes - held
+        if self.demand is not None:
+            ctx = DemandContext(snap, windows, self.blocks(), held, self.profile.max_nodes)
+            want = int(self.demand(ctx)) - held
+        else:
+            want = len(waiting) * self.profile.max_nodes_per_block
+        want = min(want, cap_left)
+        requests = plan_blocks(
+            snap, want, self.profile, self.predictor, windows=windows, min_block_s=self.min_block_s
+        )
+        requests = requests[: len(waiting)]
+        if not requests:
+            self._explain_no_window(snap, busy)
+        if self.profile.test_start:
+            requests = self._tested(requests, report)
+        for slot, req in zip(waiting, requests, strict=False):
+            self._submit_job(slot, req.nodes, req.walltime_s, req.node_ids, req.window_s, report)
+
+    def _tested(self, requests: list[BlockRequest], report: PollReport) -> list[BlockRequest]:
+        """The requests the scheduler would start now. Every block is tested before any is
+        submitted: a block just submitted is queued ahead of the next test and would make it
+        report a later start."""
+        starts: list[float | None] = []
+        refused: list[str] = []
+        for req in requests:
+            try:
+                starts.append(self.scheduler.test_start(req.nodes, req.walltime_s, req.node_ids))
+            except StartRefused as exc:
+                starts.append(math.inf)
+                refused.append(f"{req.nodes} nodes x {req.walltime_s:.0f} s: {exc.reason}")
+        topic = "a block waits: the scheduler's start test says"
+        for why in refused:
+            report.skipped.append(why)
+            self.faults["start_refused"] += 1
+            # A WARNING: a refusal is often the site saying no to every block (a bad account,
+            # partition or user), which an INFO line once hid.
+            self._say_once(topic, why, logging.WARNING)
+        latest = self.clock() + self.profile.start_tolerance_s
+        for req, start in zip(requests, starts, strict=True):
+            if start is not None and latest < start < math.inf:
+                late = f"{req.nodes} nodes x {req.walltime_s:.0f} s would start at {start:.0f}"
+                report.skipped.append(late)
+                self._say_once(topic, late)
+        return [
+            r for r, start in zip(requests, starts, strict=True) if start is None or start <= latest
+        ]
+
+    def _explain_no_window(self, snap: Snapshot, busy: set[str]) -> None:
+        """Say (once each) which reservation keeps idle nodes from holding a block, and when
+        no idle node may run the blocks' partition or queue at all."""
+        horizon = snap.now + self.min_block_s + self.profile.safety_margin_s
+        idle = {n.name for n in snap.nodes if n.state is NodeState.IDLE} - busy
+        usable = block_nodes(snap, self.profile)
+        if idle and usable is not None and not idle & usable:
+            where = block_destination(snap, self.profile)
+            self._say_once(
+                f"blocks to {where}",
+                f"{len(idle)} idle node(s), none of which {where} may use (bound to another "
+                "queue or partition, or outside its restrictions)",
+            )
+        for res in snap.reservations:
+            hit = idle & set(res.nodes)
+            if hit and res.start < horizon:
+                self._say_once(
+                    f"reservation {res.name}",
+                    f"takes {len(hit)} idle node(s) from {res.start:.0f} to {res.end:.0f}: "
+                    f"no block of {self.min_block_s:.0f} s + "
+                    f"{self.profile.safety_margin_s:.0f} s margin fits before it",
+                )
+
+    def _submit_job(
+        self,
+        slot: Slot,
+        nodes: int,
+        walltime_s: float,
+        node_ids: tuple[str, ...],
+        window_s: float,
+        report: PollReport,
+    ) -> None:
+        directory = Path(self.script_dir or "backfill_scripts")
+        script = write_block_files(
+            directory,
+            slot_id=slot.slot_id,
+            block_id=slot.block_id,
+            command=slot.command,
+            walltime_s=walltime_s,
+            launcher=self.profile.launcher,
+            worker_init=self.profile.worker_init,
+            self_signal_s=(
+                None if self.scheduler.signals_before_walltime else self.profile.signal_margin_s
+            ),
+            heartbeat_file=self.heartbeat_file,
+            heartbeat_timeout_s=self.profile.heartbeat_timeout_s,
+        )
+        name = block_name(self._tag, slot.block_id, next(self._job_seq))
+        now = self.clock()
+        with self._lock:
+            taken = {r.job_id for r in self._jobs.values() if r.active}
+        outcome = submit_block(
+            self.scheduler,
+            script,
+            name=name,
+            nodes=nodes,
+            walltime_s=walltime_s,
+            node_ids=node_ids,
+            taken=taken,
+            faults=self.faults,
+        )
+        if outcome.job_id is None:
+            self._submit_failed(name, outcome.error, report)
+            return
+        self._submit_failures = 0
+        job_id = outcome.job_id
+        rec = JobRecord(
+            job_id=job_id,
+            slot_id=slot.slot_id,
+            block_id=slot.block_id,
+            nodes_requested=nodes,
+            walltime_s=walltime_s,
+            planned_nodes=tuple(node_ids),
+            window_end=now + window_s,
+            submitted_at=now,
+            name=name,
+        )
+        with self._lock:
+            self._jobs[job_id] = rec
+            slot.job = rec
+            slot.jobs.append(job_id)
+            self.resources[slot.slot_id]["scheduler_job_id"] = job_id
+            # Parsl may have closed the slot while this poll was submitting: do not leak it.
+            orphan = slot.closed
+            if orphan:
+                rec.cancel_reason = CancelReason.PARSL
+        report.submitted.append(job_id)
+        if orphan:
+            self._cancel_now([rec])
+            return
+        logger.info(
+            "slot %s: job %s, %d nodes x %.0f s (window %.0f s)",
+            slot.slot_id,
+            job_id,
+            nodes,
+            walltime_s,
+            window_s,
+        )
+
+    def _submit_failed(self, name: str, error: str, report: PollReport) -> None:
+        """No job came of a submit: a WARNING with the scheduler's words, the first time and
+        then every tenth time in a row (a broken account or partition fails every poll)."""
+        self._submit_failures += 1
+        report.skipped.append(f"{name}: submit failed: {error}")
+        self.last_error = error
+        streak = self._submit_failures
+        if streak == 1 or streak % 10 == 0:
+            logger.warning(
+                "block submit failed%s: %s",
+                f" ({streak} times in a row)" if streak > 1 else "",
+                error,
+            )
+
+
+__all__ = ["Launching"]

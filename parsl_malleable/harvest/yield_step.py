@@ -1,0 +1,94 @@
+"""The poll's yield step: blocks that must leave are told, then cancelled after the grace.
+
+A block in a queued native job's way (polling mode), on a node out of service, or before a
+reservation gets USR1 and the controller's drain (``on_yield``); the decision itself is
+:mod:`~parsl_malleable.harvest.yielding`'s.
+"""
+
+from __future__ import annotations
+
+import math
+
+from parsl_malleable.errors import MalleableError
+from parsl_malleable.harvest.cancelling import Cancelling
+from parsl_malleable.harvest.ledger import BlockInfo, Phase, PollReport
+from parsl_malleable.harvest.provider_state import logger
+from parsl_malleable.harvest.states import CancelReason
+from parsl_malleable.harvest.yielding import (
+    DEFAULT_TOLERANCE_S,
+    blocks_in_the_way,
+    blocks_on_unavailable_nodes,
+    reservation_in_the_way,
+)
+from parsl_malleable.snapshot import Snapshot
+
+
+class YieldStep(Cancelling):
+    """The poll's yield step (a part of the provider)."""
+
+    def _yield(self, snap: Snapshot, report: PollReport) -> None:
+        with self._lock:
+            live = {r.job_id: r for r in self._jobs.values() if r.phase is Phase.RUNNING}
+        in_snapshot = {j.job_id for j in snap.running}
+        deadlines = {
+            job_id: rec.deadline
+            for job_id, rec in live.items()
+            if rec.deadline is not None and job_id in in_snapshot
+        }
+        reasons = {
+            job_id: f"its node is out of service ({why})"
+            for job_id, why in blocks_on_unavailable_nodes(snap, set(live)).items()
+        }
+        # In preemption mode Slurm takes a block back for a native job itself, and chooses
+        # which. A yield of ours for a queued native job guessed the block from a plan that
+        # does not know the job's node constraints, and cancelled a block Slurm then did not
+        # need (measured by benchmarks/bench_block_start.py): the ranks get Slurm's SIGTERM as
+        # their notice instead. A reservation is still ours to yield to, within the next poll.
+        preempting = self.profile.preemption != "none"
+        soon = (
+            snap.now + self.profile.poll_interval_s + self.profile.yield_grace_s
+            if preempting
+            else math.inf
+        )
+        for job_id, when in blocks_in_the_way(snap, deadlines).items():
+            if job_id in reasons or when > soon:
+                continue
+            rec = live[job_id]
+            res = reservation_in_the_way(snap, rec.nodes, deadlines[job_id])
+            if res is not None and res.start <= when + DEFAULT_TOLERANCE_S:
+                reasons[job_id] = (
+                    f"reservation {res.name} takes its nodes at {res.start:.0f}, "
+                    f"before its end at {deadlines[job_id]:.0f}"
+                )
+            elif not preempting:
+                reasons[job_id] = (
+                    f"a queued job could use its nodes at {when:.0f}, "
+                    f"before its end at {deadlines[job_id]:.0f}"
+                )
+        if not reasons:
+            return
+        now = self.clock()
+        victims = [live[j] for j in reasons]
+        with self._lock:
+            for rec in victims:
+                rec.phase = Phase.YIELDING
+                rec.cancel_reason = CancelReason.YIELD
+                rec.cancel_at = now + self.profile.yield_grace_s
+                rec.yield_poll = self.polls
+                rec.yield_reason = reasons[rec.job_id]
+                report.yielded.append(rec.job_id)
+        for rec in victims:
+            logger.info("block job %s yields: %s", rec.job_id, rec.yield_reason)
+            if self.on_yield is not None:
+                try:
+                    self.on_yield(BlockInfo.of(rec))
+                except Exception:  # the controller's trouble must not keep the nodes
+                    logger.exception("on_yield hook failed for block %s", rec.block_id)
+        if self.profile.yield_grace_s > 0:
+            try:
+                self.scheduler.signal_batch([r.job_id for r in victims], "USR1")
+            except MalleableError as exc:
+                logger.info("USR1 to yielding blocks: %s", exc)
+
+
+__all__ = ["YieldStep"]
