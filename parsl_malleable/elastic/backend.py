@@ -30,6 +30,30 @@ class RendezvousInfo:
     extra: tuple[tuple[str, str], ...] = ()  # backend-specific settings, as key/value pairs
 
 
+def info_to_json(info: RendezvousInfo) -> dict[str, Any]:
+    """``info`` as the JSON object an assignment carries to a rank."""
+    return {
+        "backend": info.backend,
+        "host": info.host,
+        "port": info.port,
+        "epoch": info.epoch,
+        "world_size": info.world_size,
+        "extra": [list(pair) for pair in info.extra],
+    }
+
+
+def info_from_json(data: dict[str, Any]) -> RendezvousInfo:
+    """Rebuild the :class:`RendezvousInfo` sent in an assignment."""
+    return RendezvousInfo(
+        backend=str(data["backend"]),
+        host=str(data["host"]),
+        port=int(data["port"]),
+        epoch=int(data["epoch"]),
+        world_size=int(data["world_size"]),
+        extra=tuple((str(k), str(v)) for k, v in data.get("extra", [])),
+    )
+
+
 class RendezvousHost(Protocol):
     """Controller-side service that lets the ranks of each epoch form a group."""
 

@@ -34,6 +34,6 @@ def get_rendezvous_host(name: str, host: str = "127.0.0.1", **options: Any) -> R
         from parsl_malleable.elastic.torch_backend import TorchRendezvousHost
 
         return TorchRendezvousHost(host=host, **options)
-    from parsl_malleable.elastic.horovod_backend import HorovodRendezvousHost
+    from parsl_malleable.elastic.horovod_rendezvous import HorovodRendezvousHost
 
     return HorovodRendezvousHost(host=host, **options)

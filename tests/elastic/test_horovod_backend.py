@@ -208,7 +208,7 @@ def host(pool: Pool) -> Iterator[Any]:
     if HOROVOD_MISSING is not None:
         yield None  # the test itself fails with the build hint
         return
-    from parsl_malleable.elastic.horovod_backend import HorovodRendezvousHost
+    from parsl_malleable.elastic.horovod_rendezvous import HorovodRendezvousHost
 
     rendezvous = HorovodRendezvousHost("127.0.0.1")
     rendezvous.start()
@@ -462,7 +462,7 @@ def test_bad_arguments_are_named() -> None:
 
 def test_rendezvous_host_rejects_bad_epochs() -> None:
     _require_horovod()
-    from parsl_malleable.elastic.horovod_backend import HorovodRendezvousHost
+    from parsl_malleable.elastic.horovod_rendezvous import HorovodRendezvousHost
 
     with HorovodRendezvousHost() as rendezvous:
         info = rendezvous.prepare_epoch(3, 2)
@@ -496,7 +496,7 @@ def test_rendezvous_answers_only_with_the_epochs_capability() -> None:
     _require_horovod()
     import psutil
 
-    from parsl_malleable.elastic.horovod_backend import HorovodRendezvousHost
+    from parsl_malleable.elastic.horovod_rendezvous import HorovodRendezvousHost
 
     host = chosen_address()
     with HorovodRendezvousHost(host) as rendezvous:
@@ -523,7 +523,7 @@ def test_ranks_listen_only_on_the_interface_towards_the_controller(pool: Pool) -
     _require_horovod()
     import psutil
 
-    from parsl_malleable.elastic.horovod_backend import HorovodRendezvousHost
+    from parsl_malleable.elastic.horovod_rendezvous import HorovodRendezvousHost
 
     host = chosen_address()
     a, b = pool.get(2)
