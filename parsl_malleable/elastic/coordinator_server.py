@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import socket
-from dataclasses import replace
 from typing import Any, Protocol
 
 from parsl_malleable.elastic.message_server import Connection, Limits, MessageServer
@@ -64,7 +63,7 @@ class CoordinatorServer(MessageServer):
     ) -> None:
         self.coordinator = coordinator
         timeout = AUTH_TIMEOUT_S if auth_timeout_s is None else auth_timeout_s
-        limits = limits or replace(LIMITS, handshake_s=timeout)
+        limits = limits or LIMITS.model_copy(update={"handshake_s": timeout})
         super().__init__(address, coordinator.token, self._serve, "coordinator", limits)
 
     def _serve(self, connection: Connection) -> None:

@@ -34,7 +34,9 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from parsl_malleable.elastic.messages import Auth, Refusal, parse_line
 from parsl_malleable.elastic.wire import LineReader, proof, send_message
@@ -45,8 +47,7 @@ logger = logging.getLogger(__name__)
 MAX_HANDSHAKE_BYTES = 512
 
 
-@dataclass(frozen=True)
-class Limits:
+class Limits(BaseModel):
     """What one server allows.
 
     ``handshake_s``: from accept to a valid proof, whatever the peer sends meanwhile.
@@ -57,17 +58,14 @@ class Limits:
     evict answers that already arrived. ``log_every_s``: at most one drop summary per interval.
     """
 
-    handshake_s: float = 5.0
-    pending_per_address: int = 256
-    pending_total: int = 512
-    authenticated: int = 2048
-    accept_batch: int = 16
-    log_every_s: float = 10.0
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
-    def __post_init__(self) -> None:
-        counts = (self.pending_per_address, self.pending_total, self.authenticated)
-        if self.handshake_s <= 0 or min(*counts, self.accept_batch) < 1:
-            raise ValueError(f"limits must be positive: {self}")
+    handshake_s: float = Field(5.0, gt=0)
+    pending_per_address: int = Field(256, ge=1)
+    pending_total: int = Field(512, ge=1)
+    authenticated: int = Field(2048, ge=1)
+    accept_batch: int = Field(16, ge=1)
+    log_every_s: float = Field(10.0, gt=0)
 
     def within_descriptors(self) -> Limits:
         """These limits, with pending connections held to a quarter of the process's file
@@ -76,8 +74,11 @@ class Limits:
         if soft == resource.RLIM_INFINITY:
             return self
         total = min(self.pending_total, max(16, soft // 4))
-        return replace(
-            self, pending_total=total, pending_per_address=min(self.pending_per_address, total)
+        return self.model_copy(
+            update={
+                "pending_total": total,
+                "pending_per_address": min(self.pending_per_address, total),
+            }
         )
 
 

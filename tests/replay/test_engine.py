@@ -141,6 +141,8 @@ def test_skipping_decisions_that_cannot_change_changes_nothing(summit_slice, mon
     policy = make_policy("freetrain", time_limit_s=5.0)
     with_rule = Replay(tl, jobs, policy)
     first = with_rule.run()
+    # The rule has no public switch (it is an optimization users never turn off): the run
+    # without it is the same controller whose "nothing changed" check always says no.
     monkeypatch.setattr(ControllerCore, "_same_as_last", lambda self, holdings, usable: False)
     second = Replay(tl, jobs, policy).run()
     assert with_rule.core.skipped > 0
