@@ -437,7 +437,7 @@ class BackfillProvider(Launching, YieldStep, ExecutionProvider, RepresentationMi
             logger.error(
                 "closing with jobs %s not cancelled; cancel them by hand (%s)",
                 ", ".join(left),
-                " ".join(self.scheduler_cancel_hint(left)),
+                " ".join(self.scheduler.cancel_hint(left)),
             )
 
     # --------------------------------------------------------------------------- helpers

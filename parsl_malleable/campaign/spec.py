@@ -18,7 +18,7 @@ import itertools
 import math
 import random
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -305,27 +305,30 @@ def _check_names(campaign: Campaign, source: str) -> None:
         assert _NAME.match(job.name)
 
 
+def _entries(campaign: Campaign) -> Iterator[tuple[str, int, JobEntry | Sweep]]:
+    """``(kind, index, entry)`` of every job and sweep, as messages name them (``jobs[1]``)."""
+    for i, job in enumerate(campaign.jobs):
+        yield "jobs", i, job
+    for i, sweep in enumerate(campaign.sweeps):
+        yield "sweeps", i, sweep
+
+
 def check_apps(campaign: Campaign, *, source: str = "<campaign>") -> None:
     """Import every app and bind its arguments; :class:`ConfigError` naming the entry."""
     problems = []
-    groups: tuple[tuple[str, Sequence[JobEntry | Sweep]], ...] = (
-        ("jobs", campaign.jobs),
-        ("sweeps", campaign.sweeps),
-    )
-    for kind, entries in groups:
-        for i, entry in enumerate(entries):
+    for kind, i, entry in _entries(campaign):
+        try:
+            fn = resolve_app(entry.app)
+        except ValueError as exc:
+            problems.append(f"{kind}[{i}].app: {exc}")
+            continue
+        runs = entry.expand() if isinstance(entry, Sweep) else [(entry, {})]
+        for job, _ in runs:
             try:
-                fn = resolve_app(entry.app)
+                check_app_args(fn, job.call_args())
             except ValueError as exc:
-                problems.append(f"{kind}[{i}].app: {exc}")
-                continue
-            runs = entry.expand() if isinstance(entry, Sweep) else [(entry, {})]
-            for job, _ in runs:
-                try:
-                    check_app_args(fn, job.call_args())
-                except ValueError as exc:
-                    problems.append(f"{kind}[{i}].args ({job.name}): {exc}")
-                    break
+                problems.append(f"{kind}[{i}].args ({job.name}): {exc}")
+                break
     if problems:
         raise ConfigError(f"{source}: " + "; ".join(problems))
 
@@ -359,24 +362,19 @@ def check_site_fits(
     lend (:func:`site_capacity`): it would wait forever without a word."""
     capacity, why = site_capacity(profile)
     problems = []
-    groups: tuple[tuple[str, Sequence[JobEntry | Sweep]], ...] = (
-        ("jobs", campaign.jobs),
-        ("sweeps", campaign.sweeps),
-    )
-    for kind, entries in groups:
-        for i, entry in enumerate(entries):
-            if entry.min_nodes <= capacity:
-                continue
-            if isinstance(entry, Sweep):
-                names = [job.name for job, _ in entry.expand()]
-                jobs = f"jobs {names[0]} .. {names[-1]}" if len(names) > 1 else f"job {names[0]}"
-            else:
-                jobs = f"job {entry.name}"
-            problems.append(
-                f"{kind}[{i}] ({jobs}): min_nodes {entry.min_nodes} is more than site "
-                f"{profile.name!r} can ever lend one job, {capacity} node(s) ({why}); "
-                "lower min_nodes, or raise that limit (site_overrides) if the site has the nodes"
-            )
+    for kind, i, entry in _entries(campaign):
+        if entry.min_nodes <= capacity:
+            continue
+        if isinstance(entry, Sweep):
+            names = [job.name for job, _ in entry.expand()]
+            jobs = f"jobs {names[0]} .. {names[-1]}" if len(names) > 1 else f"job {names[0]}"
+        else:
+            jobs = f"job {entry.name}"
+        problems.append(
+            f"{kind}[{i}] ({jobs}): min_nodes {entry.min_nodes} is more than site "
+            f"{profile.name!r} can ever lend one job, {capacity} node(s) ({why}); "
+            "lower min_nodes, or raise that limit (site_overrides) if the site has the nodes"
+        )
     if problems:
         raise ConfigError(f"{source}: " + "; ".join(problems))
 

@@ -66,7 +66,7 @@ class Cancelling(ProviderState):
                 ", ".join(given_up),
                 max(r.cancel_attempts for r in records),
                 exc,
-                " ".join(self.scheduler_cancel_hint(given_up)),
+                " ".join(self.scheduler.cancel_hint(given_up)),
             )
         retrying = [r.job_id for r in records if r.cancel_at is not None]
         if retrying:
@@ -76,11 +76,6 @@ class Cancelling(ProviderState):
                 min(r.cancel_at for r in records if r.cancel_at is not None) - now,
                 exc,
             )
-
-    def scheduler_cancel_hint(self, job_ids: list[str]) -> list[str]:
-        """The command a person would run to cancel these jobs."""
-        argv = getattr(self.scheduler, "cancel_argv", None)
-        return list(argv(job_ids)) if callable(argv) else ["cancel", *job_ids]
 
     def _next_cancel_in(self) -> float | None:
         with self._lock:

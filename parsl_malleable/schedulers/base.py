@@ -105,6 +105,10 @@ class BlockScheduler(ABC):
     def signal_batch(self, job_ids: Sequence[str], signal: str) -> None:
         """Send ``signal`` (``"USR1"``) to the batch shell of each job (not to its steps)."""
 
+    def cancel_hint(self, job_ids: Sequence[str]) -> list[str]:
+        """The command a person would run to end these jobs (for messages; never run)."""
+        return ["cancel", *job_ids]
+
     def jobs_named(self, name: str) -> list[str]:
         """Ids of the jobs named ``name`` that have not ended: how the provider finds a block
         whose submit failed, timed out or printed no id it could read. The default reads a

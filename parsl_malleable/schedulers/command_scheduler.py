@@ -296,6 +296,10 @@ class CommandScheduler(BlockScheduler):
         if ids:
             self._run_tolerating_gone(self.cancel_argv(ids))
 
+    def cancel_hint(self, job_ids: Sequence[str]) -> list[str]:
+        """The cancel command itself (``scancel ...``, ``qdel ...``)."""
+        return self.cancel_argv([str(j) for j in job_ids])
+
     def signal_batch(self, job_ids: Sequence[str], signal: str) -> None:
         """Send ``signal`` to the batch shell of each job; a job gone already is fine."""
         ids = [str(j) for j in job_ids]
