@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from apps.digits import make_model  # noqa: E402
-from parsl_malleable.elastic.backends import get_rendezvous_host  # noqa: E402
+from parsl_malleable.elastic.backend_registry import get_rendezvous_host  # noqa: E402
 from parsl_malleable.elastic.coordinator import Coordinator  # noqa: E402
 from parsl_malleable.elastic.rank import RankSettings, RankSpec, run_rank  # noqa: E402
 

@@ -52,7 +52,7 @@ def big_snapshot(nodes: int = 10_000, pending: int = 2_000):
     """
     from parsl_malleable.sim.simulate import simulate
     from parsl_malleable.traces.synthetic import synthetic_trace
-    from parsl_malleable.windows.replay import ReplayState
+    from parsl_malleable.windows.replay_snapshots import ReplayState
 
     trace = synthetic_trace(60_000, nodes, seed=7, load=1.3)
     sim = simulate(trace, "easy")

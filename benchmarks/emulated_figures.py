@@ -13,9 +13,9 @@ import argparse
 import logging
 import time
 
-from parsl_malleable.harvest.profile import load_profile
-from parsl_malleable.schedulers.emulated_figures import native_figures
-from parsl_malleable.schedulers.emulated_trace import native_schedule
+from parsl_malleable.harvest.site_profile import load_profile
+from parsl_malleable.schedulers.emulated.figures import native_figures
+from parsl_malleable.schedulers.emulated.native_load import native_schedule
 
 
 def main() -> None:

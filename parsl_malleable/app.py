@@ -44,7 +44,7 @@ from parsl_malleable.controller.functions import function_reference
 from parsl_malleable.controller.live import Controller, controller_for
 from parsl_malleable.controller.model import JobSpec
 from parsl_malleable.controller.node_agent import JobPayload
-from parsl_malleable.elastic.backends import BACKENDS, get_rendezvous_host
+from parsl_malleable.elastic.backend_registry import BACKENDS, get_rendezvous_host
 from parsl_malleable.elastic.coordinator import Coordinator
 from parsl_malleable.elastic.rank import RankSettings
 from parsl_malleable.errors import ConfigError, MalleableError

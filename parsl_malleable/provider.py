@@ -45,9 +45,9 @@ from parsl_malleable.harvest.error_handler import backfill_error_handler
 from parsl_malleable.harvest.launching import Launching
 from parsl_malleable.harvest.ledger import BlockInfo, JobRecord, Phase, PollReport, Slot
 from parsl_malleable.harvest.listen_address import listen_address
-from parsl_malleable.harvest.profile import SiteProfile, load_profile
 from parsl_malleable.harvest.provider_state import YieldHook
 from parsl_malleable.harvest.reconcile import match_blocks
+from parsl_malleable.harvest.site_profile import SiteProfile, load_profile
 from parsl_malleable.harvest.sites import (
     BlockScheduler,
     make_scheduler,

@@ -1,11 +1,11 @@
 """A scheduler snapshot, independent of the scheduler that produced it.
 
 The Slurm, PBS and emulated adapters (:mod:`parsl_malleable.schedulers`) and the simulator
-replay (:mod:`parsl_malleable.windows.replay`) fill it; the window planner, the provider and the
-campaign sampler read it. It sits at the bottom of the package and imports nothing from it, so
-the schedulers, which produce it, need not import the windows package, which consumes it. All
-times are float seconds on one clock (Unix seconds for live schedulers, trace seconds for the
-simulator); ``Snapshot.now`` is the moment it was taken.
+replay (:mod:`parsl_malleable.windows.replay_snapshots`) fill it; the window planner, the
+provider and the campaign sampler read it. It sits at the bottom of the package and imports
+nothing from it, so the schedulers, which produce it, need not import the windows package, which
+consumes it. All times are float seconds on one clock (Unix seconds for live schedulers, trace
+seconds for the simulator); ``Snapshot.now`` is the moment it was taken.
 """
 
 from __future__ import annotations

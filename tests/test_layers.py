@@ -198,8 +198,10 @@ def test_graph_sees_known_edges(graph: dict[str, set[str]]) -> None:
     assert (
         "parsl_malleable.elastic.coordinator_server" in graph["parsl_malleable.elastic.coordinator"]
     )
-    # emulated_trace imports the simulator inside a function
-    assert "parsl_malleable.sim.simulate" in graph["parsl_malleable.schedulers.emulated_trace"]
+    # the emulated native load imports the simulator inside a function
+    assert (
+        "parsl_malleable.sim.simulate" in graph["parsl_malleable.schedulers.emulated.native_load"]
+    )
     assert "parsl_malleable.elastic.rank" in graph["parsl_malleable.apps.digits"]
     # app.py imports the controller; the controller names what it needs of a job in a Protocol
     assert "parsl_malleable.controller.live" in graph["parsl_malleable.app"]

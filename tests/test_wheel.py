@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from parsl_malleable.errors import ConfigError
-from parsl_malleable.harvest.profile import (
+from parsl_malleable.harvest.site_profile import (
     PROFILE_PATH_ENV,
     REPO_PROFILES,
     find_profile,
@@ -89,7 +89,7 @@ import parsl_malleable
 root = Path(parsl_malleable.__file__).resolve().parent
 assert root.is_relative_to(venv), f"parsl_malleable imported from {root}, not the venv {venv}"
 
-from parsl_malleable.harvest.profile import find_profile, load_profile
+from parsl_malleable.harvest.site_profile import find_profile, load_profile
 loaded = {}
 for name in profiles:
     path = find_profile(name)

@@ -30,7 +30,7 @@ from parsl_malleable.campaign.spec import Campaign, JobEntry, check_site_fits, r
 from parsl_malleable.campaign.store import CampaignIdentity, CampaignStore, FolderNote
 from parsl_malleable.campaign.watchdog import Lifeline
 from parsl_malleable.errors import ConfigError
-from parsl_malleable.harvest.profile import SiteProfile, load_profile, profile_from_mapping
+from parsl_malleable.harvest.site_profile import SiteProfile, load_profile, profile_from_mapping
 from parsl_malleable.snapshot import Snapshot
 
 logger = logging.getLogger(__name__)

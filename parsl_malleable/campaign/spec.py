@@ -31,7 +31,7 @@ from parsl_malleable.errors import ConfigError
 from parsl_malleable.inputs import SAFE_NAME
 
 if TYPE_CHECKING:
-    from parsl_malleable.harvest.profile import SiteProfile
+    from parsl_malleable.harvest.site_profile import SiteProfile
 
 NAME = SAFE_NAME
 _NAME = re.compile(NAME)

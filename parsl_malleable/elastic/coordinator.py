@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from parsl_malleable.elastic.backend import RendezvousHost
+from parsl_malleable.elastic.backend_interface import RendezvousHost
 from parsl_malleable.elastic.coordinator_server import CoordinatorServer
 from parsl_malleable.elastic.kv_table import KV_OPS
 from parsl_malleable.elastic.kv_table import serve as serve_kv

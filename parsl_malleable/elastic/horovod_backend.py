@@ -44,7 +44,7 @@ from typing import Any
 
 import torch
 
-from parsl_malleable.elastic.backend import RendezvousInfo
+from parsl_malleable.elastic.backend_interface import RendezvousInfo
 from parsl_malleable.elastic.horovod_common import BUILD_HINT, SCOPE, slot_hostname
 from parsl_malleable.elastic.safe_state import decode_state, encode_state
 from parsl_malleable.errors import MalleableError

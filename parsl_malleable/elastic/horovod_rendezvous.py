@@ -34,7 +34,7 @@ import struct
 import threading
 from typing import Any
 
-from parsl_malleable.elastic.backend import RendezvousInfo
+from parsl_malleable.elastic.backend_interface import RendezvousInfo
 from parsl_malleable.elastic.horovod_common import BUILD_HINT, SCOPE, slot_hostname
 
 __all__ = ["HorovodRendezvousHost"]

@@ -34,7 +34,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
-from parsl_malleable.elastic.backend import RendezvousInfo, info_to_json
+from parsl_malleable.elastic.backend_interface import RendezvousInfo, info_to_json
 from parsl_malleable.elastic.measurements import Measurements
 from parsl_malleable.errors import ConfigError
 

@@ -23,8 +23,8 @@ from typing import Any, TypeVar
 
 import torch
 
-from parsl_malleable.elastic.backend import info_from_json
-from parsl_malleable.elastic.backends import get_backend
+from parsl_malleable.elastic.backend_interface import info_from_json
+from parsl_malleable.elastic.backend_registry import get_backend
 from parsl_malleable.elastic.checkpoint import CheckpointStore, describe_job
 from parsl_malleable.elastic.ddp import ElasticDDP
 from parsl_malleable.elastic.sampler import ElasticDistributedSampler

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from parsl_malleable.elastic.backend import RendezvousInfo
+from parsl_malleable.elastic.backend_interface import RendezvousInfo
 from parsl_malleable.elastic.coordinator_store import CoordinatorStore
 from parsl_malleable.elastic.kv_table import KeyValueTable
 from parsl_malleable.elastic.safe_state import decode_state, encode_state

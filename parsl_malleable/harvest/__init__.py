@@ -10,7 +10,7 @@ knows harvested blocks end on purpose (:mod:`.error_handler`). See docs/provider
 from parsl_malleable.harvest.demand import DemandContext, DemandFn, allocator_demand
 from parsl_malleable.harvest.error_handler import backfill_error_handler
 from parsl_malleable.harvest.ledger import BlockInfo, JobRecord, Phase
-from parsl_malleable.harvest.profile import SiteProfile, load_profile
+from parsl_malleable.harvest.site_profile import SiteProfile, load_profile
 from parsl_malleable.harvest.sites import BlockScheduler, make_scheduler
 from parsl_malleable.harvest.yielding import blocks_in_the_way
 

@@ -17,7 +17,7 @@ import logging
 from parsl.addresses import address_by_hostname, address_by_interface
 
 from parsl_malleable.errors import ConfigError
-from parsl_malleable.harvest.profile import SiteProfile
+from parsl_malleable.harvest.site_profile import SiteProfile
 
 logger = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ import numpy as np
 from parsl_malleable.allocate.blocks import size_blocks_for_demand
 from parsl_malleable.allocate.result import BlockRequest
 from parsl_malleable.allocate.spec import NodeWindow
-from parsl_malleable.harvest.profile import SiteProfile
+from parsl_malleable.harvest.site_profile import SiteProfile
 from parsl_malleable.snapshot import Snapshot
 from parsl_malleable.windows.predict import WindowPredictor
 from parsl_malleable.windows.window import Window, group_windows

@@ -21,7 +21,7 @@ from typing import Any
 
 from parsl_malleable.harvest.demand import DemandFn
 from parsl_malleable.harvest.ledger import BlockInfo, JobRecord, Slot
-from parsl_malleable.harvest.profile import SiteProfile
+from parsl_malleable.harvest.site_profile import SiteProfile
 from parsl_malleable.schedulers.base import BlockScheduler
 from parsl_malleable.windows.predict import WindowPredictor
 

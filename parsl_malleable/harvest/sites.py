@@ -12,7 +12,7 @@ import logging
 from collections.abc import Mapping
 
 from parsl_malleable.errors import ConfigError
-from parsl_malleable.harvest.profile import SiteProfile
+from parsl_malleable.harvest.site_profile import SiteProfile
 from parsl_malleable.schedulers.base import OURS_PREFIX, BlockScheduler
 from parsl_malleable.schedulers.emulated import EmulatedSite
 from parsl_malleable.schedulers.pbs import PBSScheduler

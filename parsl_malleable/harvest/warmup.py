@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 
 from parsl_malleable.harvest.planning import harvest_windows
-from parsl_malleable.harvest.profile import SiteProfile
+from parsl_malleable.harvest.site_profile import SiteProfile
 from parsl_malleable.harvest.yielding import blocks_in_the_way
 from parsl_malleable.snapshot import Node, NodeState, PendingJob, RunningJob, Snapshot
 from parsl_malleable.windows.predict import WindowPredictor

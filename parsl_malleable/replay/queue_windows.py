@@ -16,7 +16,7 @@ from parsl_malleable.sim.simulate import SimResult
 from parsl_malleable.traces.schema import JobTrace
 from parsl_malleable.windows.evaluate import refit_on_history, replay_history
 from parsl_malleable.windows.predict import WindowPredictor
-from parsl_malleable.windows.replay import ReplayState
+from parsl_malleable.windows.replay_snapshots import ReplayState
 
 
 class QueueWindows:

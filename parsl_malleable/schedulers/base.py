@@ -25,7 +25,7 @@ Script = str | os.PathLike[str] | Sequence[str]
 
 class SiteDestination(Protocol):
     """The settings of a site profile a scheduler is built from (structural, so this layer
-    does not import :class:`~parsl_malleable.harvest.profile.SiteProfile`)."""
+    does not import :class:`~parsl_malleable.harvest.site_profile.SiteProfile`)."""
 
     # Read-only properties: a frozen pydantic profile has no settable attributes.
     @property

@@ -5,9 +5,9 @@ queue snapshot with the same event loop); :class:`AvailabilityProfile` is the pl
 See ``docs/sim.md``.
 """
 
+from parsl_malleable.sim.availability import AvailabilityProfile
 from parsl_malleable.sim.handmade import handmade_trace
 from parsl_malleable.sim.plan import QueuePlan, plan_queue
-from parsl_malleable.sim.profile import AvailabilityProfile
 from parsl_malleable.sim.simulate import SimResult, SimulationError, node_name, simulate
 from parsl_malleable.sim.stats import HOLE_BUCKETS, SimStats
 from parsl_malleable.sim.validate import WaitAgreement, wait_agreement

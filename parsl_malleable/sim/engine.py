@@ -31,8 +31,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from parsl_malleable.sim.nodes import bits_all_free, bits_clear_ids, bits_give, bits_take
-from parsl_malleable.sim.profile import (
+from parsl_malleable.sim.availability import (
     prof_add,
     prof_advance,
     prof_build,
@@ -42,6 +41,7 @@ from parsl_malleable.sim.profile import (
     prof_fit_length,
     prof_fits_now,
 )
+from parsl_malleable.sim.nodes import bits_all_free, bits_clear_ids, bits_give, bits_take
 
 FCFS, EASY, CONSERVATIVE = 0, 1, 2
 POLICIES = {"fcfs": FCFS, "easy": EASY, "conservative": CONSERVATIVE}

@@ -52,7 +52,7 @@ from parsl_malleable.windows.arrivals import ArrivalModel
 from parsl_malleable.windows.calibrate import QuantileCalibration, WindowCalibration, pit
 from parsl_malleable.windows.choose import expected_lengths
 from parsl_malleable.windows.predict import WindowPredictor
-from parsl_malleable.windows.replay import ReplayState
+from parsl_malleable.windows.replay_snapshots import ReplayState
 from parsl_malleable.windows.runtime_model import RuntimeRatioModel
 
 POLICY_NAMES = ("corrected", "expected", "naive", "calibrated", "conformal")

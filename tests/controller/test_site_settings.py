@@ -5,7 +5,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from parsl_malleable.controller.live import site_settings
-from parsl_malleable.harvest.profile import load_profile
+from parsl_malleable.harvest.site_profile import load_profile
 
 
 def test_the_profile_margin_is_used_and_the_default_otherwise() -> None:

@@ -444,7 +444,7 @@ def test_peer_that_stops_taking_part_trips_the_watchdog(pool: Pool, host: Any) -
 
 def test_bad_arguments_are_named() -> None:
     _require_horovod()
-    from parsl_malleable.elastic.backend import RendezvousInfo
+    from parsl_malleable.elastic.backend_interface import RendezvousInfo
     from parsl_malleable.elastic.horovod_backend import HorovodBackend, HorovodCollectiveError
 
     with pytest.raises(ValueError, match="cycle_time_ms"):

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from parsl_malleable.elastic.backend import RendezvousInfo, info_from_json
+from parsl_malleable.elastic.backend_interface import RendezvousInfo, info_from_json
 from parsl_malleable.elastic.membership import Loss, Membership
 from parsl_malleable.errors import ConfigError
 

@@ -126,7 +126,7 @@ def _refuse_without_token(
 _RANK = textwrap.dedent(
     """
     import json, os, sys, psutil, torch
-    from parsl_malleable.elastic.backend import RendezvousInfo
+    from parsl_malleable.elastic.backend_interface import RendezvousInfo
     from parsl_malleable.elastic.torch_backend import TorchBackend
 
     host, port, token, rank = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])

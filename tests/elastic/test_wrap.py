@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from parsl_malleable.elastic.backends import get_rendezvous_host
+from parsl_malleable.elastic.backend_registry import get_rendezvous_host
 from parsl_malleable.elastic.coordinator import Coordinator
 from parsl_malleable.elastic.ddp import ElasticDDP
 from parsl_malleable.elastic.rank import RankContext, RankSettings, RankSpec

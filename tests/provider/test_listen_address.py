@@ -13,7 +13,7 @@ from parsl.config import Config
 
 from parsl_malleable.errors import ConfigError
 from parsl_malleable.harvest.listen_address import listen_address
-from parsl_malleable.harvest.profile import load_profile
+from parsl_malleable.harvest.site_profile import load_profile
 from parsl_malleable.provider import BackfillProvider, harvest_executor
 
 

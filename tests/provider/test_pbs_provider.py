@@ -19,7 +19,7 @@ import pytest
 from parsl.jobs.states import JobState as P
 
 from parsl_malleable.harvest.ledger import Phase
-from parsl_malleable.harvest.profile import load_profile
+from parsl_malleable.harvest.site_profile import load_profile
 from parsl_malleable.harvest.states import CancelReason
 from parsl_malleable.provider import BackfillProvider
 from parsl_malleable.schedulers.pbs import PBSScheduler

@@ -23,7 +23,7 @@ from parsl.jobs.states import JobState as P
 
 from parsl_malleable.app import malleable_app
 from parsl_malleable.harvest.ledger import Phase
-from parsl_malleable.harvest.profile import load_profile
+from parsl_malleable.harvest.site_profile import load_profile
 from parsl_malleable.harvest.states import CancelReason
 from parsl_malleable.provider import BackfillProvider, harvest_executor
 from tests.elastic import elastic_scenario as sc

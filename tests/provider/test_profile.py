@@ -7,7 +7,12 @@ from pathlib import Path
 import pytest
 
 from parsl_malleable.errors import ConfigError
-from parsl_malleable.harvest.profile import REPO_PROFILES, SiteProfile, find_profile, load_profile
+from parsl_malleable.harvest.site_profile import (
+    REPO_PROFILES,
+    SiteProfile,
+    find_profile,
+    load_profile,
+)
 
 
 @pytest.mark.parametrize("path", sorted(REPO_PROFILES.glob("*.yaml")), ids=lambda p: p.stem)

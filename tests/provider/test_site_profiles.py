@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from parsl_malleable.harvest.profile import load_profile
+from parsl_malleable.harvest.site_profile import load_profile
 
 PROFILES = sorted((Path(__file__).resolve().parents[2] / "providers").glob("*.yaml"))
 

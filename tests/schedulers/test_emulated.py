@@ -16,15 +16,15 @@ from pathlib import Path
 import pytest
 
 from parsl_malleable.errors import ConfigError
-from parsl_malleable.harvest.profile import load_profile
+from parsl_malleable.harvest.site_profile import load_profile
 from parsl_malleable.schedulers.emulated import EmulatedSite
-from parsl_malleable.schedulers.emulated_settings import EmulatedSettings
-from parsl_malleable.schedulers.emulated_trace import (
+from parsl_malleable.schedulers.emulated.native_load import (
     NativeJob,
     NativeSchedule,
     load_trace,
     native_schedule,
 )
+from parsl_malleable.schedulers.emulated.settings import EmulatedSettings
 from parsl_malleable.schedulers.records import JobState
 from parsl_malleable.sim.simulate import simulate
 from parsl_malleable.snapshot import NodeState
@@ -261,8 +261,8 @@ _DRIVER = """
 import sys, time
 from pathlib import Path
 from parsl_malleable.schedulers.emulated import EmulatedSite
-from parsl_malleable.schedulers.emulated_settings import EmulatedSettings
-from parsl_malleable.schedulers.emulated_trace import NativeSchedule
+from parsl_malleable.schedulers.emulated.settings import EmulatedSettings
+from parsl_malleable.schedulers.emulated.native_load import NativeSchedule
 
 site = EmulatedSite(EmulatedSettings(nodes=2), schedule=NativeSchedule((), time.time(), 0, 1, 2))
 job = site.submit(Path(sys.argv[1]), nodes=2, walltime_s=300, node_ids=["vn1", "vn2"],

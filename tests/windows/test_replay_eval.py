@@ -14,7 +14,7 @@ from parsl_malleable.windows.arrivals import DAY, ArrivalModel
 from parsl_malleable.windows.command import windows
 from parsl_malleable.windows.evaluate import EvalConfig, evaluate
 from parsl_malleable.windows.predict import WindowPredictor
-from parsl_malleable.windows.replay import ReplayState
+from parsl_malleable.windows.replay_snapshots import ReplayState
 from parsl_malleable.windows.validate import check_snapshot
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from parsl_malleable.schedulers.emulated_trace import NativeSchedule
+from parsl_malleable.schedulers.emulated.native_load import NativeSchedule
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from parsl_malleable.errors import ConfigError
-from parsl_malleable.schedulers.emulated_settings import SYNTHETIC, EmulatedSettings
+from parsl_malleable.schedulers.emulated.settings import SYNTHETIC, EmulatedSettings
 from parsl_malleable.traces.schema import JobTrace
 
 logger = logging.getLogger(__name__)

@@ -18,7 +18,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from parsl_malleable.errors import ConfigError
-from parsl_malleable.schedulers.emulated_settings import EmulatedSettings
+from parsl_malleable.schedulers.emulated.settings import EmulatedSettings
 
 # The shipped profiles: in a wheel, the package parsl_malleable.site_profiles (pyproject.toml maps
 # it to providers/); in a checkout or an editable install, providers/ itself.

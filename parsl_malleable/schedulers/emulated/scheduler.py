@@ -2,13 +2,13 @@
 
 :class:`EmulatedSite` is a :class:`~parsl_malleable.schedulers.base.BlockScheduler` (snapshot,
 start test, submit, status, cancel, signal) over ``nodes`` virtual nodes of this machine. The
-native load is a trace replayed through the simulator (:mod:`.emulated_trace`): every native
+native load is a trace replayed through the simulator (:mod:`.native_load`): every native
 job starts and ends exactly when the simulation says, so no native job is ever delayed. A
 starting native job takes nodes no native holds, preferring nodes no block of ours holds; when
 those do not suffice it *reclaims* nodes from our blocks: each such block is killed (state
 PREEMPTED) and counted in :attr:`EmulatedSite.reclaims`, the emulated measure of a yield the
 provider missed. Blocks run their batch script once per node as real processes
-(:mod:`.emulated_blocks`), each node under a wrapper that kills its process group when this
+(:mod:`.blocks`), each node under a wrapper that kills its process group when this
 process dies. A daemon thread keeps time, so walltime kills and reclaims happen on time even
 when nobody calls; every call also brings the site up to date first. See docs/schedulers.md.
 """
@@ -32,9 +32,13 @@ from pathlib import Path
 
 from parsl_malleable.errors import ConfigError, SchedulerCommandError
 from parsl_malleable.schedulers.base import OURS_PREFIX, BlockScheduler, Script, SiteDestination
-from parsl_malleable.schedulers.emulated_blocks import EmulatedBlock
-from parsl_malleable.schedulers.emulated_settings import EmulatedSettings
-from parsl_malleable.schedulers.emulated_trace import NativeJob, NativeSchedule, native_schedule
+from parsl_malleable.schedulers.emulated.blocks import EmulatedBlock
+from parsl_malleable.schedulers.emulated.native_load import (
+    NativeJob,
+    NativeSchedule,
+    native_schedule,
+)
+from parsl_malleable.schedulers.emulated.settings import EmulatedSettings
 from parsl_malleable.schedulers.records import JobState, JobStatus
 from parsl_malleable.snapshot import Node, NodeState, PendingJob, RunningJob, Snapshot
 

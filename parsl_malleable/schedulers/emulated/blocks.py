@@ -1,6 +1,6 @@
 """The processes of one emulated block: one wrapped batch shell per virtual node.
 
-Each node's share runs under :mod:`.emulated_node` in a session of its own, so a walltime or
+Each node's share runs under :mod:`.node_wrapper` in a session of its own, so a walltime or
 cancel can TERM (then KILL) the whole group of that node, while a signal for the batch shell
 goes to the wrapper, which passes it on to the shell only.
 """
@@ -18,7 +18,7 @@ from pathlib import Path
 
 from parsl_malleable.schedulers.records import JobState, JobStatus
 
-WRAPPER = Path(__file__).with_name("emulated_node.py")
+WRAPPER = Path(__file__).with_name("node_wrapper.py")
 
 
 @dataclass

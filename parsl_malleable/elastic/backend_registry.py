@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from parsl_malleable.elastic.backend import CollectiveBackend, RendezvousHost
+from parsl_malleable.elastic.backend_interface import CollectiveBackend, RendezvousHost
 from parsl_malleable.errors import ConfigError
 
 BACKENDS = ("torch", "horovod")

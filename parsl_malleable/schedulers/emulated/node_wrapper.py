@@ -1,4 +1,4 @@
-"""One virtual node's share of an emulated block: ``python emulated_node.py FD -- ARGV...``.
+"""One virtual node's share of an emulated block: ``python node_wrapper.py FD -- ARGV...``.
 
 The emulated site starts this wrapper once per node of a block, each in a session (and so a
 process group) of its own. It runs ARGV (the block's batch script) as its child in that group
@@ -62,7 +62,7 @@ def main(argv: list[str]) -> int:
     """Run ``argv[2:]`` (after ``--``) under the lifeline ``argv[0]``; its exit status."""
     global _child
     if len(argv) < 3 or argv[1] != "--":
-        print("usage: emulated_node.py LIFELINE_FD -- ARGV...", file=sys.stderr)
+        print("usage: node_wrapper.py LIFELINE_FD -- ARGV...", file=sys.stderr)
         return 2
     lifeline = int(argv[0])
     parent = os.getppid()
