@@ -37,6 +37,18 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "parsl_malleable.replay.command:replay",
         "Replay idle nodes + a training workload under FreeTrain, MalleTrain and our policy.",
     ),
+    "sites": (
+        "parsl_malleable.harvest.sites_command:sites",
+        "List the site profiles found (name, scheduler, file) in the order they are searched.",
+    ),
+    "init": (
+        "parsl_malleable.campaign.init_command:init",
+        "Write an example campaign (and its notes) into the current folder to start from.",
+    ),
+    "validate": (
+        "parsl_malleable.campaign.validate_command:validate",
+        "Check a campaign YAML and print the jobs it expands to, without running anything.",
+    ),
     "allocate": (
         "parsl_malleable.allocate.command:allocate",
         "Solve one allocation of idle nodes to training jobs (MILP or greedy).",
