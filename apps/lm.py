@@ -69,6 +69,8 @@ def load_text(chars: int = 60_000, seed: int = 0) -> tuple[torch.Tensor, torch.T
 class TinyLM(nn.Module):
     """Token and position embeddings, a causal transformer encoder, a linear head."""
 
+    mask: torch.Tensor  # a buffer: nn.Module's attribute typing does not know it
+
     def __init__(self, vocab: int, width: int = 64, layers: int = 2, heads: int = 4) -> None:
         super().__init__()
         self.embed = nn.Embedding(vocab, width)

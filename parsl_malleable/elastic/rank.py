@@ -112,7 +112,8 @@ class RankContext:
             pid=os.getpid(),
             block=os.environ.get("PARSL_WORKER_BLOCK_ID"),
         )
-        self._backend = get_backend(spec.settings.backend)
+        options = {"device": spec.device} if spec.settings.backend == "torch" else {}
+        self._backend = get_backend(spec.settings.backend, **options)
         attach = getattr(self._backend, "attach_coordinator", None)
         if attach is not None:  # a backend whose rendezvous keys the coordinator keeps
             attach(spec.host, spec.port, spec.token)

@@ -73,8 +73,17 @@ class TorchBackend:
 
     name = "torch"
 
-    def __init__(self, device_backend: str | None = None) -> None:
-        self._device_backend = device_backend or ("nccl" if torch.cuda.is_available() else "gloo")
+    def __init__(self, device_backend: str | None = None, device: str | None = None) -> None:
+        # The rank's own device (RankSpec.device: fixed for the process's life) decides, not its
+        # group rank: the rank changes at every resize, and a group rank mapped onto a GPU would
+        # then differ from the device the model was put on.
+        self._cuda_device = torch.device(device) if device and device.startswith("cuda") else None
+        if device_backend is None:
+            if device is not None:
+                device_backend = "nccl" if self._cuda_device is not None else "gloo"
+            else:
+                device_backend = "nccl" if torch.cuda.is_available() else "gloo"
+        self._device_backend = device_backend
         self._group: Any = None
         self._store: CoordinatorStore | None = None
         self._coordinator: tuple[str, int, str] | None = None
@@ -85,7 +94,9 @@ class TorchBackend:
     @property
     def device(self) -> torch.device:
         """Where tensors handed to collectives must live."""
-        return torch.device("cuda") if self._device_backend == "nccl" else torch.device("cpu")
+        if self._device_backend != "nccl":
+            return torch.device("cpu")
+        return self._cuda_device or torch.device("cuda", torch.cuda.current_device())
 
     def attach_coordinator(self, host: str, port: int, token: str) -> None:
         """Where the job's coordinator (and so the rendezvous keys) is, and its token."""
@@ -109,7 +120,8 @@ class TorchBackend:
         if self._device_backend == "nccl":
             options = dist.ProcessGroupNCCL.Options()
             options._timeout = self._timeout
-            torch.cuda.set_device(rank % torch.cuda.device_count())
+            if self._cuda_device is not None:
+                torch.cuda.set_device(self._cuda_device)
             group = dist.ProcessGroupNCCL(prefixed, rank, info.world_size, options)
         else:
             # private (no public way to pick Gloo's devices), so absent from torch's stubs

@@ -31,7 +31,9 @@ def test_conformal_windows_stay_within_the_plan_and_still_harvest(wagap_result) 
     assert (pairs["conformal"] <= pairs["naive"] + 1e-9).all()
     assert (pairs["conformal50"] <= pairs["naive"] + 1e-9).all()
     table = wagap_result.table().set_index("predictor")
-    # shorter, not useless (15.9% of the oracle with 8 draws, against 59.7% uncalibrated; the
-    # cost of calibrating on this saturated trace, see docs/windows.md)
-    assert table.loc["conformal q=0.1", "of_oracle"] > 0.1
+    # shorter, not useless: 15.9% of the oracle with 8 seeded draws, against 59.7% uncalibrated
+    # (the cost of calibrating on this saturated trace, see docs/windows.md)
+    conformal = table.loc["conformal q=0.1", "of_oracle"]
+    assert 0.13 <= conformal <= 0.19
+    assert conformal < 0.5 * table.loc["corrected q=0.1", "of_oracle"]
     assert np.isfinite(pairs["conformal"]).all()
