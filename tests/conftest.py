@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -10,6 +12,14 @@ from parsl_malleable import data
 from tests import background_checks
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Parsl's HTEX starts ``process_worker_pool.py`` by name: put this interpreter's bin/ on
+    PATH, as an activated venv would, so the README's test command needs no PATH set-up."""
+    bindir = os.path.dirname(sys.executable)
+    if bindir not in os.environ.get("PATH", "").split(os.pathsep):
+        os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
 
 
 @pytest.fixture(scope="session")
