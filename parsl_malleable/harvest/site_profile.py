@@ -9,22 +9,43 @@ the key, because a typo in a harvesting profile silently changes what a site len
 
 from __future__ import annotations
 
+import difflib
 import math
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from parsl_malleable.errors import ConfigError
+from parsl_malleable.schedulers.command_scheduler import CommandScheduler
 from parsl_malleable.schedulers.emulated.settings import EmulatedSettings
+from parsl_malleable.schedulers.pbs import PBSScheduler
+from parsl_malleable.schedulers.slurm import SlurmScheduler
 
 # The shipped profiles: in a wheel, the package parsl_malleable.site_profiles (pyproject.toml maps
 # it to providers/); in a checkout or an editable install, providers/ itself.
 SHIPPED_PROFILES = Path(__file__).resolve().parents[1] / "site_profiles"
 REPO_PROFILES = Path(__file__).resolve().parents[2] / "providers"
 PROFILE_PATH_ENV = "PM_PROVIDER_PROFILES"
+# The user's own profiles: $XDG_CONFIG_HOME/parsl-malleable/sites (~/.config/... by default).
+USER_PROFILES = Path("parsl-malleable") / "sites"
+PROFILE_SUFFIXES = (".yaml", ".yml")
+# The schedulers whose submit options a profile may set, and who checks them.
+OPTION_CHECKERS: dict[str, type[CommandScheduler]] = {
+    "slurm": SlurmScheduler,
+    "pbs": PBSScheduler,
+}
 # ``min_block_s: auto``: a block lasts at least this many start-ups, so that it trains at least
 # 1 - 1/AUTO_STARTUPS of its walltime.
 AUTO_STARTUPS = 4
@@ -43,6 +64,14 @@ class SiteProfile(BaseModel):
     qos: str | None = Field(None, description="Slurm QOS for blocks (e.g. a preemptable one)")
     queue: str | None = Field(None, description="PBS queue for blocks")
     account: str | None = Field(None, description="account charged for blocks")
+    submit_options: tuple[str, ...] = Field(
+        (),
+        description=(
+            "more options for every block's sbatch/qsub and start test, one option per item "
+            "as after #SBATCH/#PBS (e.g. --constraint=gpu, -l filesystems=home:eagle); "
+            "written into the block script as directive lines"
+        ),
+    )
     poll_interval_s: float = Field(30.0, gt=0, description="seconds between snapshots")
     safety_margin_s: float = Field(
         120.0, ge=0, description="block ends this long before its window (>= 2 bf_resolution)"
@@ -142,6 +171,33 @@ class SiteProfile(BaseModel):
         None, description="the emulated site (scheduler: emulated only; docs/schedulers.md)"
     )
 
+    @field_validator("submit_options", mode="before")
+    @classmethod
+    def _one_list(cls, value: Any) -> Any:
+        # A lone string would be taken as one character per option.
+        if isinstance(value, str):
+            raise ValueError(f"a list of options, one per item (- {value!r}), not one string")
+        return value
+
+    @field_validator("submit_options")
+    @classmethod
+    def _options_of_the_scheduler(
+        cls, options: tuple[str, ...], info: ValidationInfo
+    ) -> tuple[str, ...]:
+        scheduler = info.data.get("scheduler", "slurm")
+        if options and scheduler not in OPTION_CHECKERS:
+            raise ValueError(f"scheduler: {scheduler} runs no submit command: leave it empty")
+        checker = OPTION_CHECKERS.get(scheduler)
+        if checker is None:
+            return options
+        checked = []
+        for i, option in enumerate(options):
+            try:
+                checked.append(" ".join(checker.option_argv(option)))
+            except ValueError as exc:
+                raise ValueError(f"item {i + 1}: {exc}") from None
+        return tuple(checked)
+
     @property
     def blocks_on_this_host(self) -> bool:
         """Whether blocks run on the driver's own host (the emulated site)."""
@@ -225,35 +281,81 @@ def profile_from_mapping(data: Any, *, source: str = "<mapping>") -> SiteProfile
         raise ConfigError(f"{source}: " + "; ".join(problems)) from None
 
 
+def user_profile_folder() -> Path:
+    """The user's own profiles: ``$XDG_CONFIG_HOME/parsl-malleable/sites``, by default
+    ``~/.config/parsl-malleable/sites`` (a relative XDG_CONFIG_HOME is ignored, as the XDG
+    base directory specification says)."""
+    config = os.environ.get("XDG_CONFIG_HOME", "")
+    base = Path(config) if config and os.path.isabs(config) else Path.home() / ".config"
+    return base / USER_PROFILES
+
+
 def profile_folders() -> list[Path]:
     """Folders searched for a profile by name, in order: ``$PM_PROVIDER_PROFILES``
-    (colon-separated), then the shipped profiles: ``parsl_malleable/site_profiles`` in an installed
-    wheel, the repository's ``providers/`` folder in a checkout or editable install."""
+    (``os.pathsep``-separated), then the user's folder (:func:`user_profile_folder`, listed
+    even before it exists, so that messages say where to put a profile), then the shipped
+    profiles: ``parsl_malleable/site_profiles`` in an installed wheel, the repository's
+    ``providers/`` folder in a checkout or editable install."""
     folders = [Path(p) for p in os.environ.get(PROFILE_PATH_ENV, "").split(os.pathsep) if p]
     shipped = SHIPPED_PROFILES if SHIPPED_PROFILES.is_dir() else REPO_PROFILES
-    if shipped.is_dir() and shipped not in folders:
-        folders.append(shipped)
+    for folder in (user_profile_folder(), shipped):
+        if folder not in folders:
+            folders.append(folder)
     return folders
+
+
+@dataclass(frozen=True)
+class FoundProfile:
+    """One profile file in :func:`profile_folders`. ``shadowed_by``: the file of the same
+    name in an earlier folder, which is the one a name finds (None: this one is found)."""
+
+    name: str
+    path: Path
+    folder: Path
+    shadowed_by: Path | None = None
+
+
+def found_profiles() -> list[FoundProfile]:
+    """Every profile file in :func:`profile_folders`, in search order (by name within a
+    folder), each marked when an earlier folder has one of the same name."""
+    first: dict[str, Path] = {}
+    out = []
+    for folder in profile_folders():
+        if not folder.is_dir():
+            continue
+        files = sorted(p for p in folder.iterdir() if p.suffix in PROFILE_SUFFIXES)
+        for path in files:
+            if not path.is_file():
+                continue
+            earlier = first.setdefault(path.stem, path)
+            out.append(FoundProfile(path.stem, path, folder, None if earlier == path else earlier))
+    return out
 
 
 def find_profile(name: str) -> Path:
     """The file of profile ``name``: a path, or ``<name>.yaml`` in the first of
-    :func:`profile_folders` that has it."""
+    :func:`profile_folders` that has it. An unknown name is a ConfigError listing the
+    folders searched, the names found and the nearest ones."""
     path = Path(name)
-    if path.suffix in (".yaml", ".yml") or path.exists():
+    if path.suffix in PROFILE_SUFFIXES or path.exists():
         if not path.is_file():
             raise ConfigError(f"site profile {name}: no such file")
         return path
     folders = profile_folders()
     for folder in folders:
-        for suffix in (".yaml", ".yml"):
+        for suffix in PROFILE_SUFFIXES:
             candidate = folder / f"{name}{suffix}"
             if candidate.is_file():
                 return candidate
     searched = ", ".join(str(f) for f in folders) or "(no folder)"
+    names = sorted({p.name for p in found_profiles()})
+    near = difflib.get_close_matches(name, names, n=3, cutoff=0.6)
+    hint = f"did you mean {' or '.join(near)}? " if near else ""
+    available = f"available: {', '.join(names)}. " if names else "no profile found. "
     raise ConfigError(
-        f"site profile {name!r}: no {name}.yaml in {searched}; put it in one of these, pass its "
-        f"path, or add its folder to ${PROFILE_PATH_ENV} (colon-separated)"
+        f"site profile {name!r}: no {name}.yaml in {searched}; {hint}{available}Put it in one "
+        f"of these folders, pass its path, or add its folder to ${PROFILE_PATH_ENV} "
+        f"({os.pathsep!r}-separated); `parsl-malleable sites` lists what is found"
     )
 
 
@@ -269,4 +371,13 @@ def load_profile(name_or_path: str | os.PathLike[str]) -> SiteProfile:
     return profile_from_mapping(data if data is not None else {}, source=str(path))
 
 
-__all__ = ["SiteProfile", "find_profile", "load_profile", "profile_folders", "profile_from_mapping"]
+__all__ = [
+    "FoundProfile",
+    "SiteProfile",
+    "find_profile",
+    "found_profiles",
+    "load_profile",
+    "profile_folders",
+    "profile_from_mapping",
+    "user_profile_folder",
+]

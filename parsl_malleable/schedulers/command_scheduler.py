@@ -10,6 +10,7 @@ their commands, their parsers, their error words and their profile settings.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
 import time
@@ -26,6 +27,14 @@ from parsl_malleable.schedulers.records import JobState, JobStatus, OutputParseE
 from parsl_malleable.snapshot import Reservation, Snapshot
 
 Parser = Callable[[str], Any]
+logger = logging.getLogger(__name__)
+# Characters no submit option needs that only a shell would act on (quotes, expansions,
+# redirections, separators): options are passed as arguments, never through a shell, so a
+# quote would reach the scheduler as it is. Constraint syntax (``&``, ``|``, ``[]``, ``*``) is
+# the scheduler's own and allowed.
+SHELL_ONLY = frozenset("'\"`$;<>\\(){}")
+# Marks the directive lines the scheduler writes into a block script.
+OPTIONS_MARK = "# submit_options of the site profile (also given on the submit command line):"
 
 
 class CommandScheduler(BlockScheduler):
@@ -48,6 +57,8 @@ class CommandScheduler(BlockScheduler):
     #: What a job id printed by the submit command must look like (a cut-off or garbled id
     #: would track a job that is not ours).
     JOB_ID: ClassVar[re.Pattern[str]] = re.compile(r"\d+")
+    #: The directive prefix of a batch script (``#SBATCH``, ``#PBS``).
+    DIRECTIVE: ClassVar[str] = "#"
 
     def __init__(
         self,
@@ -61,7 +72,17 @@ class CommandScheduler(BlockScheduler):
         backoff_s: float = 0.5,
         env: Mapping[str, str] | None = None,
         clock: Callable[[], float] = time.time,
+        submit_options: Sequence[str] = (),
     ) -> None:
+        # Checked here too (not only in the profile): a scheduler may be built by hand.
+        self.submit_options = tuple(" ".join(self.option_argv(o)) for o in submit_options)
+        self.option_args = [a for o in self.submit_options for a in self.option_argv(o)]
+        if self.submit_options:
+            logger.info(
+                "%s: every block and start test gets %s",
+                type(self).__name__,
+                " ".join(self.submit_options),
+            )
         self.ours_prefix = ours_prefix
         self.reservations = reservations
         self.backfill = backfill
@@ -82,6 +103,7 @@ class CommandScheduler(BlockScheduler):
             timeout_s=profile.command_timeout_s,
             retries=profile.command_retries,
             env=env,
+            submit_options=profile.submit_options,
             **cls.settings_of(profile),
         )
 
@@ -89,6 +111,60 @@ class CommandScheduler(BlockScheduler):
     def settings_of(cls, profile: SiteDestination) -> dict[str, Any]:
         """This scheduler's own constructor arguments from a profile (its destination)."""
         return {}
+
+    @classmethod
+    def option_argv(cls, option: str) -> list[str]:
+        """The arguments of one submit option, written as after a directive prefix
+        (``--constraint=gpu``, ``-l filesystems=home:eagle``): the option and at most one
+        value. Raises ValueError saying why when it is not one option, needs a shell, or is
+        one the provider sets itself (:meth:`controlled_option` says which profile key to use).
+        """
+        if not isinstance(option, str):
+            raise ValueError(f"{option!r} is not a string (one option per item)")
+        bad = sorted(set(option) & SHELL_ONLY) + (["newline"] if "\n" in option else [])
+        if bad or "\r" in option or "\0" in option:
+            raise ValueError(
+                f"{option!r}: {' '.join(bad) or 'control characters'} would need a shell; "
+                "each item is passed as it is, without one (write it without quotes)"
+            )
+        words = option.split()
+        if not words or not words[0].startswith("-") or words[0].strip("-") == "":
+            raise ValueError(
+                f"{option!r}: a submit option starts with '-' (e.g. --constraint=gpu), one per item"
+            )
+        if len(words) > 2 or (len(words) == 2 and words[1].startswith("-")):
+            raise ValueError(
+                f"{option!r}: one option (and its value) per item; put each option in an item "
+                "of its own"
+            )
+        hint = cls.controlled_option(words)
+        if hint:
+            raise ValueError(f"{option!r}: the provider sets this itself; {hint}")
+        return words
+
+    @classmethod
+    def controlled_option(cls, words: list[str]) -> str | None:
+        """What to set instead when option ``words`` is one the provider sets on every block
+        (its size, walltime, name, destination, output...); None when it is free to use."""
+        return None
+
+    def directive_lines(self) -> list[str]:
+        """The profile's submit options as batch-script directive lines."""
+        return [f"{self.DIRECTIVE} {o}" for o in self.submit_options]
+
+    def record_options(self, script: Path) -> None:
+        """Write the submit options as directive lines into the block script ``script``,
+        after its first line, so the submitted script shows them (once: a script submitted
+        again keeps one copy). The command line carries them too and is what counts, the
+        same as for the start test, which submits no script."""
+        if not self.submit_options:
+            return
+        lines = script.read_text().splitlines(keepends=True)
+        if OPTIONS_MARK + "\n" in lines:
+            return
+        head, rest = lines[:1], lines[1:]
+        block = [OPTIONS_MARK + "\n", *(line + "\n" for line in self.directive_lines())]
+        script.write_text("".join([*head, *block, *rest]))
 
     def run(
         self,
@@ -234,8 +310,10 @@ class CommandScheduler(BlockScheduler):
         vector run on the first node (never a shell string); the output goes next to a
         script path unless ``output`` says where. ``options``: the scheduler's own."""
         name = self.block_name(name)
-        if output is None and isinstance(script, str | os.PathLike):
-            output = str(Path(script).parent / self.OUTPUT.format(name=name))
+        if isinstance(script, str | os.PathLike):
+            if output is None:
+                output = str(Path(script).parent / self.OUTPUT.format(name=name))
+            self.record_options(Path(script))
         head = self.submit_argv(
             nodes=nodes,
             walltime_s=walltime_s,
@@ -318,4 +396,4 @@ def _every_line_says(stderr: str, words: tuple[str, ...]) -> bool:
     return bool(lines) and all(any(w in ln for w in words) for ln in lines)
 
 
-__all__ = ["CommandScheduler", "Parser"]
+__all__ = ["OPTIONS_MARK", "SHELL_ONLY", "CommandScheduler", "Parser"]

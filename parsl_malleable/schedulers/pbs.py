@@ -51,6 +51,26 @@ from parsl_malleable.snapshot import (
 # A job in E (exiting) is taken to free its nodes now: PBS ends it within tens of seconds,
 # and a queued job may start on them then; planning it later would harvest in its way.
 EXITING_LIMIT_FLOOR_S = 1.0
+# qsub options the provider sets on every block (letter -> what to set in the profile instead).
+CONTROLLED: dict[str, str] = {
+    "N": "the provider names its blocks (it finds them by name)",
+    "q": "use the profile's `queue`",
+    "A": "use the profile's `account`",
+    "o": "a block's output goes next to its script (BackfillProvider script_dir)",
+    "j": "a block's output goes next to its script (BackfillProvider script_dir)",
+    "r": "blocks are never rerun (-r n)",
+    "J": "a block is one job",
+    "h": "a block must start when it is planned",
+    "a": "a block must start when it is planned",
+    "I": "a block is a batch job",
+}
+# -l resources the provider sets (the chunk count, the walltime, whole-node placement).
+CONTROLLED_RESOURCES: dict[str, str] = {
+    "select": "block sizes are min_nodes_per_block / max_nodes_per_block",
+    "nodes": "block sizes are min_nodes_per_block / max_nodes_per_block",
+    "walltime": "each block's walltime comes from its window: set max_walltime_s, min_block_s",
+    "place": "blocks take whole nodes (place=scatter:excl)",
+}
 
 
 def build_pbs_snapshot(
@@ -188,6 +208,7 @@ class PBSScheduler(CommandScheduler):
     GONE = ("unknown job id", "job has finished", "request invalid for state of job")
     UNKNOWN_JOB = ("unknown job id",)
     OUTPUT = "{name}.out"
+    DIRECTIVE = "#PBS"
     parse_nodes = staticmethod(parse_pbs_vnodes)
     parse_jobs = staticmethod(parse_qstat)
     parse_reservations = staticmethod(parse_pbs_rstat)
@@ -223,6 +244,22 @@ class PBSScheduler(CommandScheduler):
     def settings_of(cls, profile: SiteDestination) -> dict[str, Any]:
         """Blocks to the profile's queue."""
         return {"queue": profile.queue}
+
+    @classmethod
+    def controlled_option(cls, words: list[str]) -> str | None:
+        """The hint for a qsub option the provider sets (``-N``, ``-q``, ``-l walltime=``)."""
+        letter = words[0][1:2]
+        value = words[0][2:] or (words[1] if len(words) > 1 else "")
+        if letter == "l":
+            for resource in value.split(","):
+                name = resource.partition("=")[0].strip()
+                if name in CONTROLLED_RESOURCES:
+                    return f"-l {name}: {CONTROLLED_RESOURCES[name]}"
+            return None
+        if letter == "W" and value.partition("=")[0] in ("block", "depend"):
+            return f"-W {value.partition('=')[0]}: a block must start when it is planned"
+        hint = CONTROLLED.get(letter)
+        return f"-{letter}: {hint}" if hint and not words[0].startswith("--") else None
 
     def nodes_argv(self) -> list[str]:
         return ["pbsnodes", "-a", "-F", "json"]
@@ -328,7 +365,7 @@ class PBSScheduler(CommandScheduler):
             argv += ["-j", "oe", "-o", output]
         if self.account:
             argv += ["-A", self.account]
-        return argv + list(extra_args)
+        return argv + self.option_args + list(extra_args)
 
     def command_tail(self, args: list[str]) -> contextlib.AbstractContextManager[list[str]]:
         """``qsub ... -- prog args``: qsub runs the argument vector itself."""

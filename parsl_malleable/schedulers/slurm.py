@@ -8,7 +8,9 @@ Queries per :meth:`SlurmScheduler.snapshot`: ``sinfo -N`` (nodes, partitions, li
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
+import re
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
@@ -43,6 +45,31 @@ ACTIVE_STATES = "PENDING,RUNNING,CONFIGURING,COMPLETING,SUSPENDED"
 NEVER_STARTS = {"DependencyNeverSatisfied"}
 # Constant wrapper so an argument vector can be submitted without building a shell string.
 EXEC_WRAPPER = '#!/bin/sh\nexec "$@"\n'
+# sbatch options the provider sets on every block (long name -> short letter, and what to set
+# in the site profile instead). sbatch also takes an unambiguous prefix of a long name.
+CONTROLLED: dict[str, tuple[str | None, str]] = {
+    "nodes": ("N", "block sizes are min_nodes_per_block / max_nodes_per_block"),
+    "time": ("t", "each block's walltime comes from its window: set max_walltime_s, min_block_s"),
+    "job-name": ("J", "the provider names its blocks (it finds them by name)"),
+    "partition": ("p", "use the profile's `partition`"),
+    "qos": ("q", "use the profile's `qos`"),
+    "account": ("A", "use the profile's `account`"),
+    "output": ("o", "a block's output goes next to its script (BackfillProvider script_dir)"),
+    "nodelist": ("w", "blocks go to the planned nodes: `pin_nodes`"),
+    "signal": (None, "use `signal_margin_s`"),
+    "exclusive": (None, "blocks always take whole nodes"),
+    "parsable": (None, "the provider reads the job id itself"),
+    "test-only": (None, "use `test_start`"),
+    "wrap": (None, "the block script is the provider's"),
+    "wait": ("W", "sbatch would wait for the block to end"),
+    "array": ("a", "a block is one job"),
+    "hold": ("H", "a block must start when it is planned"),
+    "begin": ("b", "a block must start when it is planned"),
+    "dependency": ("d", "a block must start when it is planned"),
+}
+_SHORT = {short: long for long, (short, _) in CONTROLLED.items() if short}
+# A constraint the snapshot can match against node features: names joined by & (and) or | (or).
+_SIMPLE_CONSTRAINT = re.compile(r"[\w.:=+-]+([&|][\w.:=+-]+)*")
 
 
 def build_snapshot(
@@ -152,6 +179,7 @@ class SlurmScheduler(CommandScheduler):
     # squeue fails with one unknown id but prints nothing for several: same meaning.
     UNKNOWN_JOB = ("invalid job id",)
     OUTPUT = "{name}-%j.out"
+    DIRECTIVE = "#SBATCH"
     parse_nodes = staticmethod(parse_sinfo_nodes)
     parse_jobs = staticmethod(parse_squeue)
     parse_reservations = staticmethod(parse_reservations)
@@ -189,6 +217,36 @@ class SlurmScheduler(CommandScheduler):
             "signal_margin_s": profile.signal_margin_s or None,
         }
 
+    @classmethod
+    def controlled_option(cls, words: list[str]) -> str | None:
+        """The hint for an sbatch option the provider sets (``--time``, ``-N``, ``--part``)."""
+        flag = words[0]
+        if flag.startswith("--"):
+            name = flag[2:].partition("=")[0]
+            for long, (_, hint) in CONTROLLED.items():
+                # sbatch takes any unambiguous prefix: --part is --partition.
+                if name == long or (len(name) >= 3 and long.startswith(name)):
+                    return f"--{long}: {hint}"
+            return None
+        short = _SHORT.get(flag[1:2])
+        return f"-{flag[1]} (--{short}): {CONTROLLED[short][1]}" if short else None
+
+    def constraint(self) -> list[set[str]] | None:
+        """The submit options' ``--constraint`` as alternatives, each a set of features a
+        node needs all of; None when there is none or it is more than features joined by
+        ``&`` and ``|`` (brackets, counts: Slurm alone decides those, the start test sees)."""
+        value = None
+        args = self.option_args
+        for i, arg in enumerate(args):
+            name = arg[2:].partition("=")[0] if arg.startswith("--") else ""
+            if len(name) >= 3 and "constraint".startswith(name):
+                value = arg.partition("=")[2] if "=" in arg else _next(args, i)
+            elif arg.startswith("-C"):
+                value = arg[2:] or _next(args, i)
+        if not value or not _SIMPLE_CONSTRAINT.fullmatch(value):
+            return None
+        return [set(alt.split("&")) for alt in value.split("|")]
+
     def nodes_argv(self) -> list[str]:
         argv = ["sinfo", "-N", "--noheader", "-o", SINFO_FORMAT]
         return argv + (["-p", self.partition] if self.partition else [])
@@ -208,6 +266,7 @@ class SlurmScheduler(CommandScheduler):
     def build_snapshot(
         self, now: float, nodes: SinfoResult, jobs: list[SqueueRow], reservations: list[Reservation]
     ) -> Snapshot:
+        nodes = self.constrained(nodes)
         return build_snapshot(
             now,
             nodes,
@@ -217,6 +276,24 @@ class SlurmScheduler(CommandScheduler):
             ours_prefix=self.ours_prefix,
             backfill=self.backfill,
         )
+
+    def constrained(self, sinfo: SinfoResult) -> SinfoResult:
+        """``sinfo`` with the blocks' partition taken off every node that lacks the features
+        the submit options' constraint asks for, so no block is planned (and pinned) where
+        Slurm would refuse it: the planner plans blocks only on nodes their partition holds."""
+        wanted = self.constraint()
+        where = self.submit_partition or self.partition
+        if wanted is None or not where:
+            return sinfo
+        kept = [
+            node
+            if any(alt <= set(node.features) for alt in wanted)
+            else dataclasses.replace(
+                node, partitions=tuple(p for p in node.partitions if p != where)
+            )
+            for node in sinfo.nodes
+        ]
+        return dataclasses.replace(sinfo, nodes=kept)
 
     def submit_argv(
         self,
@@ -262,13 +339,15 @@ class SlurmScheduler(CommandScheduler):
             argv.append(f"--account={self.account}")
         if self.pin_nodes and node_ids:
             argv.append(f"--nodelist={','.join(node_ids)}")
-        return argv + list(extra_args)
+        return argv + self.option_args + list(extra_args)
 
     @contextlib.contextmanager
     def command_tail(self, args: list[str]) -> Iterator[list[str]]:
         """A constant ``exec "$@"`` wrapper script and ``args`` as its arguments."""
         with tempfile.NamedTemporaryFile("w", prefix="pm-exec-", suffix=".sh") as wrapper:
-            wrapper.write(EXEC_WRAPPER)
+            # The directives too, so the job's stored script shows the submit options.
+            shebang, body = EXEC_WRAPPER.split("\n", 1)
+            wrapper.write("\n".join([shebang, *self.directive_lines(), body]))
             wrapper.flush()
             # sbatch copies the script into the job at submit time: the file may go after.
             yield [wrapper.name, *args]
@@ -367,6 +446,10 @@ class SlurmScheduler(CommandScheduler):
         argv = ["squeue", "--noheader", "--states=PD,CF,R,S", "--format=%i %t %j"]
         result = self.run(argv, label="squeue (watch)")
         return queue_signature_of(result.stdout, self.ours_prefix)
+
+
+def _next(args: list[str], i: int) -> str | None:
+    return args[i + 1] if i + 1 < len(args) else None
 
 
 def queue_signature_of(
