@@ -25,7 +25,7 @@ PACKAGE = "parsl_malleable"
 # Low to high. A part is parsl_malleable/<part> (package or module); "apps" is the example apps,
 # kept in apps/ and installed as parsl_malleable.apps (pyproject.toml's package-dir).
 LAYERS: list[tuple[str, ...]] = [
-    ("errors",),  # the exception types, imported by everything
+    ("errors", "logs"),  # the exception types, imported by everything; log handlers
     ("inputs", "snapshot", "data"),  # input checks; the scheduler snapshot; shipped traces
     ("traces",),  # trace readers, one schema
     ("sim",),  # the backfill simulator and queue planner

@@ -1,8 +1,11 @@
-"""docs/notebooks/login-node.ipynb, executed as a user would run it (a Jupyter kernel, nbclient).
+"""docs/notebooks/login-node.ipynb, run as a pip user would run it (a Jupyter kernel, nbclient).
 
 The notebook runs on the emulated site (6 virtual nodes on this machine), so no cluster is
 needed: two malleable apps train on harvested blocks, the notebook samples the controller's
-state, plots it and shuts down. About a minute on 2 cores.
+state, plots it and shuts down. About a minute on 2 cores. It is run from the wheel
+(tests/wheel_venv.py): ``parsl-malleable init --notebook`` copies the shipped notebook into an
+empty folder outside the repository and the venv's Python executes it there, so it can only use
+what a ``pip install`` gives.
 """
 
 from __future__ import annotations
@@ -13,7 +16,27 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from tests.wheel_venv import WheelVenv, wheel_venv_fixture  # noqa: F401 (the fixture)
+
 NOTEBOOK = Path(__file__).resolve().parents[1] / "docs" / "notebooks" / "login-node.ipynb"
+# Run by the venv's Python in the folder holding the notebook; the kernel ("python3", whose
+# kernelspec starts `python` from PATH) is the venv's too. Writes the executed notebook even
+# when a cell fails, for a look afterwards.
+EXECUTE = """
+import sys
+import nbformat
+from nbclient import NotebookClient
+
+source, executed = sys.argv[1], sys.argv[2]
+nb = nbformat.read(source, as_version=4)
+client = NotebookClient(
+    nb, timeout=240, kernel_name="python3", resources={"metadata": {"path": "."}}
+)
+try:
+    client.execute()
+finally:
+    nbformat.write(nb, executed)
+"""
 
 
 def _text(nb: nbformat.NotebookNode) -> str:
@@ -38,22 +61,21 @@ def test_notebook_is_stored_without_outputs() -> None:
 
 
 @pytest.mark.slow
-def test_login_node_notebook_runs(tmp_path: Path) -> None:
-    """Executed in a fresh kernel: both jobs reach >= 0.9 accuracy, a figure, no block left."""
-    from nbclient import NotebookClient
-
-    nb = nbformat.read(NOTEBOOK, as_version=4)
-    client = NotebookClient(
-        nb,
-        timeout=240,  # per cell
-        kernel_name="python3",
-        resources={"metadata": {"path": str(NOTEBOOK.parent)}},
+def test_login_node_notebook_runs_from_the_wheel(wheel_venv: WheelVenv) -> None:
+    """Executed in a fresh kernel from a pip install: both jobs reach >= 0.9 accuracy, a figure,
+    no block left, and the package came from the venv."""
+    here = wheel_venv.empty_folder("notebook")
+    copied = wheel_venv.run(["parsl-malleable", "init", "--notebook"], cwd=here, timeout=60)
+    assert copied.returncode == 0, copied.stderr
+    assert (here / NOTEBOOK.name).read_text() == NOTEBOOK.read_text()
+    proc = wheel_venv.run(
+        [wheel_venv.python, "-c", EXECUTE, NOTEBOOK.name, "executed.ipynb"], cwd=here, timeout=600
     )
-    try:
-        client.execute()
-    finally:
-        nbformat.write(nb, tmp_path / "executed.ipynb")  # for a look after a failure
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    nb = nbformat.read(here / "executed.ipynb", as_version=4)
     text = _text(nb)
+    (package,) = re.findall(r"^parsl-malleable: (.+)$", text, flags=re.M)
+    assert Path(package).is_relative_to(wheel_venv.venv), package
     accuracies = {
         name: float(value)
         for name, value in re.findall(r"^(\w+): test accuracy ([0-9.]+)", text, flags=re.M)

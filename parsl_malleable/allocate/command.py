@@ -8,14 +8,13 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from parsl_malleable.allocate.api import allocate as solve_allocation
-from parsl_malleable.allocate.blocks import size_blocks
-from parsl_malleable.allocate.instances import make_instance, summit_remaining_windows
-from parsl_malleable.allocate.objectives import OBJECTIVES
-from parsl_malleable.allocate.options import MAX_NODES
-from parsl_malleable.allocate.workload import load_workload
 from parsl_malleable.errors import MalleableError
 from parsl_malleable.inputs import FiniteFloat
+
+# allocate.objectives.OBJECTIVES and allocate.options.MAX_NODES, spelled out so that --help does
+# not import the solvers (pulp, pandas); tests/test_cli_help.py checks they are the same.
+OBJECTIVE_NAMES = ("throughput", "weighted", "speedup", "maxmin")
+MAX_NODES = 1_000_000
 
 
 @click.command(name="allocate")
@@ -40,7 +39,7 @@ from parsl_malleable.inputs import FiniteFloat
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     help="node,idle_start,idle_end CSV: draw each node's remaining window from it.",
 )
-@click.option("--objective", type=click.Choice(OBJECTIVES), default="throughput")
+@click.option("--objective", type=click.Choice(OBJECTIVE_NAMES), default="throughput")
 @click.option("--solver", type=click.Choice(["highs", "cbc", "greedy", "equal"]), default="highs")
 @click.option(
     "--time-limit", type=FiniteFloat(gt=0), default=10.0, show_default=True, help="Seconds."
@@ -65,6 +64,11 @@ def allocate(
     all matter); the rest are free. With --idle-intervals each node gets a remaining window
     drawn from a real idle trace, and the blocks to request are sized from those windows.
     """
+    from parsl_malleable.allocate.api import allocate as solve_allocation
+    from parsl_malleable.allocate.blocks import size_blocks
+    from parsl_malleable.allocate.instances import make_instance, summit_remaining_windows
+    from parsl_malleable.allocate.workload import load_workload
+
     console = Console()
     try:
         jobs = load_workload(workload_dir, workload, limit=n_jobs)

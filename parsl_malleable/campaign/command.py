@@ -17,15 +17,20 @@ from parsl_malleable.errors import ConfigError
 from parsl_malleable.inputs import FiniteFloat
 
 if TYPE_CHECKING:  # the runner imports Parsl; --help must stay light
-    from parsl_malleable.campaign.runner import CampaignRunner
+    from parsl_malleable.campaign.runner import CampaignRunner, RunOutcome
+    from parsl_malleable.campaign.store import JobProgress, JobRow
 
 LIVE_AFTER_S = 1.0  # seconds between refreshes of the live view
 LOG_EVERY_S = 15.0  # without a terminal: one summary line this often
 
 
-def _output_for(campaign_file: Path, configured: str | None, given: Path | None) -> Path:
+def _output_for(
+    campaign_file: Path, configured: str | None, given: Path | None, demo: bool = False
+) -> Path:
     if given is not None:
         return given
+    if demo:  # the shipped file's own `output` would be relative to wherever it is installed
+        return Path.cwd() / "out" / "demo"
     if configured:
         path = Path(configured)
         return path if path.is_absolute() else Path.cwd() / path
@@ -33,7 +38,16 @@ def _output_for(campaign_file: Path, configured: str | None, given: Path | None)
 
 
 @click.command()
-@click.argument("campaign_file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument(
+    "campaign_file",
+    required=False,
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+)
+@click.option(
+    "--demo",
+    is_flag=True,
+    help="run the shipped demo campaign (emulated site, output in ./out/demo)",
+)
 @click.option(
     "--output",
     "-o",
@@ -50,26 +64,44 @@ def _output_for(campaign_file: Path, configured: str | None, given: Path | None)
 )
 @click.option("--quiet", is_flag=True, help="no live view; a summary line now and then")
 @click.option(
+    "--dry-run",
+    is_flag=True,
+    help="check the campaign and print the jobs it expands to (as `validate`); run nothing",
+)
+@click.option("--json", "as_json", is_flag=True, help="with --dry-run: print the jobs as JSON")
+@click.option(
     "--adopt-folder",
     is_flag=True,
     help="run into an output folder that holds another campaign: it becomes this one's "
     "(the other's jobs stay listed there)",
 )
 def run(
-    campaign_file: Path,
+    campaign_file: Path | None,
+    demo: bool,
     output: Path | None,
     site: str | None,
     time_limit: float | None,
     quiet: bool,
+    dry_run: bool,
+    as_json: bool,
     adopt_folder: bool,
 ) -> None:
     """Train the jobs of CAMPAIGN_FILE on harvested nodes; rerun the same command to resume.
 
     Writes state.sqlite, campaign.log, results.csv, results.parquet, gantt.png and nodes.png
-    into the output folder. The folder belongs to the campaign that first ran into it: the
+    into the output folder (and parsl_malleable.log beside Parsl's own log in the Parsl run
+    directory, runinfo/NNN). The folder belongs to the campaign that first ran into it: the
     same file, edited or not, resumes there; another campaign is refused unless
-    --adopt-folder is given.
+    --adopt-folder is given. --demo runs the shipped demo campaign.
     """
+    campaign_file = _campaign_file(campaign_file, demo)
+    if as_json and not dry_run:
+        raise click.UsageError("--json goes with --dry-run")
+    if dry_run:
+        from parsl_malleable.campaign.validate_command import report
+
+        report(campaign_file, site=site, as_json=as_json)
+        return
     from parsl_malleable.campaign.display import live_table
     from parsl_malleable.campaign.results import write_results
     from parsl_malleable.campaign.runner import CampaignRunner
@@ -83,7 +115,7 @@ def run(
         if site is not None:
             changes["site_overrides"] = {}  # overrides were written for the campaign's own site
         campaign = campaign.model_copy(update=changes)
-        folder = _output_for(campaign_file, campaign.output, output)
+        folder = _output_for(campaign_file, campaign.output, output, demo)
         runner = CampaignRunner(
             campaign, folder, source=str(campaign_file), adopt_folder=adopt_folder
         )
@@ -99,6 +131,10 @@ def run(
     console.print(f"campaign {campaign_file} -> {folder}")
     interactive = console.is_terminal and not quiet
     last_line = [0.0]
+    if runner.pending():  # a finished campaign has nothing to compile for
+        with console.status("loading the simulator (numba) ..."):
+            from parsl_malleable.harvest.warmup import load_with_status
+        load_with_status(console)
 
     def show(r: CampaignRunner) -> None:
         if interactive:
@@ -129,16 +165,60 @@ def run(
     if outcome is None:
         console.print("interrupted: rerun the same command to resume")
         raise SystemExit(130)
-    console.print(
-        f"run {outcome.run}: {outcome.outcome}; {len(outcome.done)} done, "
-        f"{len(outcome.failed)} failed of {len(runner.entries)}"
-    )
+    total = len(runner.entries)
+    if outcome.outcome == "nothing to do":
+        console.print(_nothing_to_do(outcome, total, folder))
+    else:
+        console.print(
+            f"run {outcome.run}: {outcome.outcome}; {len(outcome.done)} done, "
+            f"{len(outcome.failed)} failed of {total}"
+        )
+        if runner.run_dir is not None:
+            console.print(f"  Parsl run directory {runner.run_dir}")
     for path in files:
         console.print(f"  wrote {path}")
     if outcome.failed:
         raise SystemExit(1)
     if outcome.outcome not in ("finished", "nothing to do"):
         raise SystemExit(3)
+
+
+def _campaign_file(given: Path | None, demo: bool) -> Path:
+    """The campaign to run: the file given, or with ``--demo`` the shipped demo."""
+    if demo and given is not None:
+        raise click.UsageError(
+            f"give a CAMPAIGN_FILE or --demo, not both (--demo runs the shipped demo campaign; "
+            f"to run {given}, leave out --demo)"
+        )
+    if given is not None:
+        return given
+    if not demo:
+        raise click.UsageError(
+            "give a CAMPAIGN_FILE to run, or --demo for the shipped demo campaign "
+            "(`parsl-malleable init` writes one to start from)"
+        )
+    from parsl_malleable.campaign.examples import example_path
+
+    try:
+        return example_path("demo")
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def _nothing_to_do(outcome: RunOutcome, total: int, folder: Path) -> str:
+    """What a rerun of a campaign whose jobs all ended says."""
+    done, failed = len(outcome.done), len(outcome.failed)
+    jobs = "the 1 job" if total == 1 else f"all {total} jobs"
+    if failed:
+        ended = f"{jobs} already ended ({done} done, {failed} failed)"
+        hint = (
+            f"; `parsl-malleable status {folder}` shows why they failed (failed jobs are not "
+            "rerun: fix the cause and run into a new folder with -o)"
+        )
+    else:
+        ended = f"{jobs} {'is' if total == 1 else 'are'} already done"
+        hint = ""
+    return f"nothing to run: {ended}; the results are in {folder}{hint}"
 
 
 def _summary_line(runner: CampaignRunner) -> str:
@@ -164,6 +244,7 @@ def status(folder: Path, as_json: bool) -> None:
         raise click.ClickException(str(exc)) from None
     try:
         rows = store.jobs()
+        progress = store.progress()
         runs = int(store.meta("runs") or 0)
         outcome = store.meta(f"run{runs}_outcome")
         live = (folder / "lifeline.json").exists() and outcome is None
@@ -192,6 +273,7 @@ def status(folder: Path, as_json: bool) -> None:
                             "rescales": r.rescales,
                             "driver_runs": r.submissions,
                             "resumed_from_step": r.resumed_from_step,
+                            **_progress_json(r, progress.get(r.name)),
                         }
                         for r in rows
                     ],
@@ -200,7 +282,17 @@ def status(folder: Path, as_json: bool) -> None:
             )
         )
         return
-    Console().print(status_table(rows, meta))
+    Console().print(status_table(rows, meta, progress))
+
+
+def _progress_json(row: JobRow, progress: JobProgress | None) -> dict[str, Any]:
+    total = row.spec.get("total_steps")
+    return {
+        "step": progress.step if progress else None,
+        "total_steps": total,
+        "steps_per_s": progress.steps_per_s if progress else None,
+        "eta_s": progress.eta_s(total) if progress and row.status == "running" else None,
+    }
 
 
 __all__ = ["run", "status"]

@@ -7,13 +7,43 @@ from typing import Any
 
 from rich.table import Table
 
-from parsl_malleable.campaign.store import JobRow
+from parsl_malleable.campaign.store import JobProgress, JobRow
 
 
 def _fmt(value: Any, spec: str = "") -> str:
     if value is None:
         return "-"
     return format(value, spec) if spec else str(value)
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def progress_text(row: JobRow, progress: JobProgress | None) -> str:
+    """``1200/3000 (40%) ETA 2 min``: steps done (of ``total_steps`` when the campaign gives
+    it), and the time left at the recent step rate; a finished job its step count."""
+    total = row.spec.get("total_steps")
+    if row.status in ("done", "failed"):
+        steps = (row.result or {}).get("steps", progress.step if progress else None)
+        return f"{steps} steps" if isinstance(steps, int) else "-"
+    if progress is None:
+        return "-"
+    if not isinstance(total, int):
+        rate = f", {progress.steps_per_s:.1f}/s" if progress.steps_per_s else ""
+        return f"step {progress.step}{rate}"
+    done = min(progress.step, total)
+    text = f"{done}/{total} ({done / total:.0%})"
+    eta = progress.eta_s(total)
+    if eta is not None:
+        text += f" ETA {_duration(eta)}"
+    elif row.status == "running":
+        text += " ETA ?"
+    return text
 
 
 def live_table(runner: Any) -> Table:
@@ -35,8 +65,9 @@ def live_table(runner: Any) -> Table:
         else "nodes: waiting for the first snapshot"
     ) + (f"; harvest fraction {fraction:.0%}" if fraction is not None else "")
     table = Table(title=title, caption=caption, expand=False)
-    for column in ("job", "status", "nodes", "ranks", "samples/s", "node-h", "result"):
+    for column in ("job", "status", "nodes", "ranks", "samples/s", "progress", "node-h", "result"):
         table.add_column(column, justify="left" if column in ("job", "status") else "right")
+    progress = runner.store.progress()
     for row in rows:
         now = runner.last_jobs.get(row.name, {})
         result = row.result or {}
@@ -47,14 +78,21 @@ def live_table(runner: Any) -> Table:
             _fmt(now.get("nodes")),
             _fmt(now.get("world")),
             _fmt(now.get("rate"), ".0f"),
+            progress_text(row, progress.get(row.name)),
             f"{row.node_seconds / 3600:.3f}",
             _fmt(metric, ".3f") if isinstance(metric, float) else _fmt(metric),
         )
     return table
 
 
-def status_table(rows: list[JobRow], meta: dict[str, str | None]) -> Table:
-    """A summary of a campaign folder, live or not."""
+def status_table(
+    rows: list[JobRow],
+    meta: dict[str, str | None],
+    progress: dict[str, JobProgress] | None = None,
+) -> Table:
+    """A summary of a campaign folder, live or not; ``progress`` per job
+    (:meth:`~.store.CampaignStore.progress`) fills the progress column."""
+    progress = progress or {}
     counts = {s: sum(1 for r in rows if r.status == s) for s in ("done", "running", "waiting")}
     title = (
         f"{meta.get('campaign_file') or 'campaign'}: {meta.get('runs') or 0} run(s), "
@@ -65,6 +103,7 @@ def status_table(rows: list[JobRow], meta: dict[str, str | None]) -> Table:
     for column in (
         "job",
         "status",
+        "progress",
         "node-h",
         "rescales",
         "runs",
@@ -79,6 +118,7 @@ def status_table(rows: list[JobRow], meta: dict[str, str | None]) -> Table:
         table.add_row(
             row.name,
             row.status,
+            progress_text(row, progress.get(row.name)),
             f"{row.node_seconds / 3600:.3f}",
             str(row.rescales),
             str(row.submissions),
@@ -89,4 +129,4 @@ def status_table(rows: list[JobRow], meta: dict[str, str | None]) -> Table:
     return table
 
 
-__all__ = ["live_table", "status_table"]
+__all__ = ["live_table", "progress_text", "status_table"]

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
+from itertools import pairwise
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -91,27 +93,77 @@ def _run_starts(ax: plt.Axes, keys: Sequence[tuple[float, int]], started: float)
             seen.add(run)
 
 
+# A sample stands for the time until the next one (1 s apart). Farther apart than this, or in
+# another run, nobody sampled in between: a dead or stopped driver, drawn as a gap.
+GAP_S = 10.0
+NODE_COLOURS = ["#9e9e9e", "#2e7d32", "#a5d6a7", "#ffcc80"]
+NODE_LABELS = ["native jobs", "harvested: training", "harvested: not training", "idle"]
+
+
+def node_segments(samples: Sequence[SiteSample], gap_s: float = GAP_S) -> list[list[SiteSample]]:
+    """``samples`` cut where no driver sampled: at a new run, or a pause longer than ``gap_s``
+    (the time between a killed driver and its resume knows nothing of the site)."""
+    segments: list[list[SiteSample]] = []
+    for sample in samples:
+        last = segments[-1][-1] if segments else None
+        if last is None or sample[1] != last[1] or sample[0] - last[0] > gap_s:
+            segments.append([sample])
+        else:
+            segments[-1].append(sample)
+    return segments
+
+
+def _segment_end(segment: Sequence[SiteSample]) -> float:
+    """Where the segment's last sample stops standing: one sample interval after it."""
+    if len(segment) < 2:
+        return segment[-1][0] + 1.0
+    steps = sorted(b[0] - a[0] for a, b in pairwise(segment))
+    return segment[-1][0] + steps[len(steps) // 2]
+
+
+def draw_nodes(ax: plt.Axes, samples: Sequence[SiteSample], started: float) -> list[Any]:
+    """Stack the site's nodes on ``ax``, one stack per stretch a driver sampled (gaps stay
+    empty); the artists drawn."""
+    drawn: list[Any] = []
+    previous_end: float | None = None
+    for i, segment in enumerate(node_segments(samples)):
+        if previous_end is not None and segment[0][0] - started > previous_end:
+            ax.axvspan(
+                previous_end,
+                segment[0][0] - started,
+                facecolor="none",
+                edgecolor="#d0d0d0",
+                hatch="//",
+                linewidth=0,
+                label="no driver ran" if i == 1 else "_nolegend_",
+            )
+        end = _segment_end(segment) - started
+        previous_end = end
+        t = [s[0] - started for s in segment] + [end]
+        rows = [
+            [s[3] for s in segment],
+            [s[5] for s in segment],
+            [s[4] - s[5] for s in segment],
+            [s[6] for s in segment],
+        ]
+        drawn += ax.stackplot(
+            t,
+            *[row + row[-1:] for row in rows],  # step="post": the last value lasts to `end`
+            labels=NODE_LABELS if i == 0 else ["_nolegend_"] * len(NODE_LABELS),
+            colors=NODE_COLOURS,
+            step="post",
+        )
+    return drawn
+
+
 def plot_nodes(
     samples: Sequence[SiteSample], started: float, fraction: float | None, path: Path
 ) -> Path:
-    """Stacked nodes over time: native, training, harvested but not training, idle."""
+    """Stacked nodes over time: native, training, harvested but not training, idle; blank
+    where no driver ran (between a killed run and its resume)."""
     fig, ax = plt.subplots(figsize=(10, 3.6))
     if samples:
-        t = [s[0] - started for s in samples]
-        native = [s[3] for s in samples]
-        training = [s[5] for s in samples]
-        spare = [s[4] - s[5] for s in samples]
-        idle = [s[6] for s in samples]
-        ax.stackplot(
-            t,
-            native,
-            training,
-            spare,
-            idle,
-            labels=["native jobs", "harvested: training", "harvested: not training", "idle"],
-            colors=["#9e9e9e", "#2e7d32", "#a5d6a7", "#ffcc80"],
-            step="post",
-        )
+        draw_nodes(ax, samples, started)
         ax.set_ylim(0, max(s[2] for s in samples))
         ax.set_xlim(left=0)
         _run_starts(ax, [(s[0], s[1]) for s in samples], started)
@@ -126,4 +178,4 @@ def plot_nodes(
     return path
 
 
-__all__ = ["plot_gantt", "plot_nodes"]
+__all__ = ["GAP_S", "draw_nodes", "node_segments", "plot_gantt", "plot_nodes"]

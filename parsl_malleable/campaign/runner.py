@@ -26,17 +26,26 @@ from pathlib import Path
 from typing import Any
 
 from parsl_malleable.campaign.sample import SiteCounts, job_sample, site_counts
-from parsl_malleable.campaign.spec import Campaign, JobEntry, check_site_fits, resolve_app
+from parsl_malleable.campaign.spec import (
+    Campaign,
+    JobEntry,
+    ParslSpec,
+    check_site_fits,
+    resolve_app,
+)
 from parsl_malleable.campaign.store import CampaignIdentity, CampaignStore, FolderNote
 from parsl_malleable.campaign.watchdog import Lifeline
 from parsl_malleable.errors import ConfigError
 from parsl_malleable.harvest.site_profile import SiteProfile, load_profile, profile_from_mapping
+from parsl_malleable.logs import remove_logger, set_file_logger
 from parsl_malleable.snapshot import Snapshot
 
 logger = logging.getLogger(__name__)
 
 RUN_ENV = "PM_CAMPAIGN_RUN"  # inherited by every process a run starts; tests find them by it
 CANCEL_ARGV = {"slurm": ["scancel"], "pbs": ["qdel"]}
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+RUN_DIR_LOG = "parsl_malleable.log"  # beside Parsl's parsl.log in runinfo/NNN/
 
 
 @dataclass
@@ -76,6 +85,49 @@ def site_profile(campaign: Campaign, *, source: str = "<campaign>") -> SiteProfi
         raise ConfigError(
             str(exc).replace("Extra inputs are not permitted", "unknown key")
         ) from None
+
+
+def check_parsl_options(spec: ParslSpec, *, source: str = "<campaign>") -> None:
+    """:class:`ConfigError` for ``parsl:`` options this installation cannot honour (monitoring
+    without Parsl's monitoring extra), before anything starts."""
+    import importlib.util
+
+    if spec.monitoring is not None and importlib.util.find_spec("sqlalchemy") is None:
+        raise ConfigError(
+            f"{source}: parsl.monitoring needs Parsl's monitoring extra (sqlalchemy), which is "
+            "not installed: pip install 'parsl[monitoring]', or remove parsl.monitoring"
+        )
+
+
+def parsl_config(
+    spec: ParslSpec, executors: list[Any], *, run_dir: Path, workflow_name: str
+) -> Any:
+    """The :class:`parsl.config.Config` of a run: ``executors`` and the ``parsl:`` options of
+    the campaign; ``run_dir`` where the campaign gives none, ``workflow_name`` for monitoring."""
+    from parsl.config import Config
+    from parsl.dataflow.memoization import BasicMemoizer
+
+    monitoring = None
+    if spec.monitoring is not None:
+        from parsl.monitoring import MonitoringHub
+
+        options = spec.monitoring.model_dump(exclude_none=True)
+        options.setdefault("workflow_name", workflow_name)
+        monitoring = MonitoringHub(**options)
+    return Config(
+        executors=executors,
+        run_dir=spec.run_dir or str(run_dir),
+        retries=spec.retries,
+        memoizer=BasicMemoizer(memoize=spec.app_cache),
+        strategy=spec.strategy,
+        strategy_period=spec.strategy_period,
+        max_idletime=spec.max_idletime,
+        monitoring=monitoring,
+        usage_tracking=spec.usage_tracking,
+        project_name=spec.project_name,
+        garbage_collect=spec.garbage_collect,
+        internal_tasks_max_threads=spec.internal_tasks_max_threads,
+    )
 
 
 def campaign_identity(campaign: Campaign, source: str) -> CampaignIdentity:
@@ -128,6 +180,7 @@ class CampaignRunner:
         self.on_sample = on_sample
         self.adopt_folder = adopt_folder
         self.profile = site_profile(campaign, source=source)
+        check_parsl_options(campaign.parsl, source=source)
         check_site_fits(campaign, self.profile, source=source)
         self.identity = campaign_identity(campaign, source)
         self.check_folder()
@@ -146,6 +199,7 @@ class CampaignRunner:
         self._finished: set[str] = set()
         self._site_size_checked = False
         self._stop = threading.Event()
+        self.run_dir: Path | None = None  # Parsl's run directory of this run, once loaded
 
     def check_folder(self) -> FolderNote | None:
         """Whether this campaign may run into the output folder, reading it only (nothing is
@@ -163,6 +217,19 @@ class CampaignRunner:
         finally:
             store.close()
 
+    def pending(self) -> list[str]:
+        """The jobs a run would start now (neither done nor failed), read without writing."""
+        if not (self.output / CampaignStore.FILE).is_file():
+            return list(self.entries)
+        store = CampaignStore(self.output, read_only=True)
+        try:
+            ended = {r.name for r in store.jobs() if r.status in ("done", "failed")}
+        except sqlite3.OperationalError:
+            return list(self.entries)  # a driver died before it made its tables
+        finally:
+            store.close()
+        return [name for name in self.entries if name not in ended]
+
     def stop(self) -> None:
         """Ask the loop to end after the current sample (jobs keep their state for a resume)."""
         self._stop.set()
@@ -177,8 +244,8 @@ class CampaignRunner:
         with ExitStack() as stack:
             stack.callback(store.close)
             note = store.claim(self.identity, adopt=self.adopt_folder)
-            handler = _log_to(self.output / "campaign.log")
-            stack.callback(logging.getLogger("parsl_malleable").removeHandler, handler)
+            handler = set_file_logger(self.output / "campaign.log", format_string=LOG_FORMAT)
+            stack.callback(remove_logger, handler)
             if note is not None:
                 # An edited file or an adopted folder changes what the folder holds: say so on
                 # the terminal (WARNING reaches it); a renamed file or an old folder in the log.
@@ -200,7 +267,14 @@ class CampaignRunner:
             )
             if not todo:
                 store.end_run(self.run, "nothing to do")
-                return RunOutcome(self.output, self.run, "nothing to do")
+                rows = [r for r in store.jobs() if r.name in self.entries]
+                return RunOutcome(
+                    self.output,
+                    self.run,
+                    "nothing to do",
+                    done=[r.name for r in rows if r.status == "done"],
+                    failed=[r.name for r in rows if r.status == "failed"],
+                )
             outcome = "interrupted"
             try:
                 outcome = self._train(todo)
@@ -218,7 +292,6 @@ class CampaignRunner:
 
     def _train(self, todo: list[str]) -> str:
         import parsl
-        from parsl.config import Config
 
         from parsl_malleable.controller import CoreSettings, PolicySettings, configure
         from parsl_malleable.provider import BackfillProvider, harvest_executor
@@ -231,10 +304,11 @@ class CampaignRunner:
             self.profile, label="harvest", script_dir=str(self.output / "blocks")
         )
         htex = harvest_executor(provider)
-        config = Config(
-            executors=[htex],
-            run_dir=str(self.output / "runinfo"),
-            strategy_period=1,
+        config = parsl_config(
+            self.campaign.parsl,
+            [htex],
+            run_dir=self.output / "runinfo",
+            workflow_name=self.identity.name,
         )
         policy = self.campaign.policy
         margin = self.profile.drain_margin_s
@@ -248,8 +322,14 @@ class CampaignRunner:
                 profiler=policy.profiler,
             ),
         )
+        run_log: logging.Handler | None = None
         try:
-            with parsl.load(config):
+            with parsl.load(config) as dfk:
+                # Our records beside Parsl's parsl.log in its runinfo/NNN (campaign.log has
+                # them too): one folder to read, or to send with a bug report.
+                self.run_dir = Path(dfk.run_dir)
+                run_log = set_file_logger(self.run_dir / RUN_DIR_LOG, format_string=LOG_FORMAT)
+                logger.info("Parsl run directory %s", self.run_dir)
                 if htex.interchange_proc is not None:
                     lifeline.watch_process(htex.interchange_proc.pid)
                 controller = configure(htex, settings=settings)
@@ -261,6 +341,8 @@ class CampaignRunner:
             parsl.clear()
             lifeline.release()
             self._note_reclaims(provider)
+            if run_log is not None:
+                remove_logger(run_log)
 
     def _note_reclaims(self, provider: Any) -> None:
         """The emulated site counts blocks it had to kill for a native job (a missed yield)."""
@@ -385,22 +467,13 @@ class CampaignRunner:
         return self.harvested_s / total if total > 0 else None
 
 
-def _log_to(path: Path) -> logging.Handler:
-    handler = logging.FileHandler(path)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    handler.setLevel(logging.INFO)
-    root = logging.getLogger("parsl_malleable")
-    root.addHandler(handler)
-    if root.level == logging.NOTSET or root.level > logging.INFO:
-        root.setLevel(logging.INFO)
-    return handler
-
-
 __all__ = [
     "RUN_ENV",
     "CampaignRunner",
     "RunOutcome",
     "campaign_identity",
+    "check_parsl_options",
     "latest_checkpoint_step",
+    "parsl_config",
     "site_profile",
 ]

@@ -23,7 +23,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from parsl_malleable.allocate.objectives import OBJECTIVES
 from parsl_malleable.allocate.solve import SOLVERS
@@ -58,6 +65,12 @@ class JobTemplate(_Strict):
     priority: float = Field(1.0, gt=0, description="weight in the 'weighted' objective")
     checkpoint_every: int = Field(100, ge=0, description="commits between disk checkpoints")
     backend: Literal["torch", "horovod"] = "torch"
+    total_steps: int | None = Field(
+        None,
+        ge=1,
+        description="steps the job takes in all, if known: the progress column shows done / "
+        "total and an ETA (not passed to the app)",
+    )
 
     @model_validator(mode="after")
     def _nodes(self) -> JobTemplate:
@@ -189,6 +202,53 @@ class PolicySpec(_Strict):
     explore_kappa: float = Field(1.0, ge=0)
 
 
+class MonitoringSpec(_Strict):
+    """Parsl's monitoring (:class:`parsl.monitoring.MonitoringHub`): task and resource records
+    in a database that ``parsl-visualize`` shows. Needs ``pip install 'parsl[monitoring]'``."""
+
+    hub_address: str | None = Field(
+        None, description="accepted for older configs; current Parsl ignores it"
+    )
+    workflow_name: str | None = Field(None, description="default: the campaign file's stem")
+    workflow_version: str | None = None
+    logging_endpoint: str | None = Field(
+        None, description="database URL (default: monitoring.db in the run directory's parent)"
+    )
+    monitoring_debug: bool = False
+    resource_monitoring_enabled: bool = True
+    resource_monitoring_interval: float = Field(30.0, gt=0, description="seconds")
+
+
+class ParslSpec(_Strict):
+    """Options of the Parsl ``Config`` the runner loads (the executor and its provider come
+    from the site profile). Unset keys keep the runner's defaults."""
+
+    run_dir: str | None = Field(
+        None, description="Parsl's run directory (default: runinfo/ in the output folder)"
+    )
+    retries: int = Field(0, ge=0, description="times Parsl reruns a failed task")
+    app_cache: bool = Field(True, description="memoize apps that ask for it (cache=True)")
+    strategy: Literal["simple", "htex_auto_scale", "none"] = "simple"
+    strategy_period: float = Field(1.0, gt=0, description="seconds between strategy runs")
+    max_idletime: float = Field(120.0, ge=0, description="strategy: idle seconds before scale-in")
+    monitoring: MonitoringSpec | None = Field(
+        None, description="true, or a mapping of MonitoringHub options"
+    )
+    usage_tracking: int = Field(0, ge=0, le=3, description="Parsl's usage tracking level")
+    project_name: str | None = None
+    garbage_collect: bool = True
+    internal_tasks_max_threads: int = Field(10, ge=1)
+
+    @field_validator("monitoring", mode="before")
+    @classmethod
+    def _monitoring_flag(cls, value: Any) -> Any:
+        if value is True:
+            return {}
+        if value is False:
+            return None
+        return value
+
+
 class Campaign(_Strict):
     """A whole campaign file."""
 
@@ -204,6 +264,7 @@ class Campaign(_Strict):
     python_path: list[str] = Field(
         default_factory=list, description="folders (relative to this file) holding the apps"
     )
+    parsl: ParslSpec = Field(default_factory=ParslSpec, description="Parsl Config options")
 
     @model_validator(mode="after")
     def _some_jobs(self) -> Campaign:
@@ -414,6 +475,8 @@ def add_python_path(campaign: Campaign, base: Path) -> list[str]:
 __all__ = [
     "Campaign",
     "JobEntry",
+    "MonitoringSpec",
+    "ParslSpec",
     "PolicySpec",
     "RandomSearch",
     "Sweep",

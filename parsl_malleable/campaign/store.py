@@ -8,7 +8,8 @@ at most the last second of samples, never a finished job. Tables:
   :meth:`CampaignStore.claim`);
 * ``jobs``: one row per job: its spec, status (``waiting``, ``running``, ``done``, ``failed``),
   the run that finished it, result (JSON), node-seconds and rescales so far;
-* ``job_samples``: per sample and job: nodes held, ranks, samples/s, the node names;
+* ``job_samples``: per sample and job: nodes held, ranks, samples/s, the node names, the last
+  committed step (the progress column and its ETA, :meth:`CampaignStore.progress`);
 * ``site_samples``: per sample: nodes native, harvested (in our blocks), training, idle.
 
 ``status DIR`` reads it while a run writes (WAL mode).
@@ -47,7 +48,7 @@ CREATE TABLE IF NOT EXISTS jobs (
 );
 CREATE TABLE IF NOT EXISTS job_samples (
     t REAL NOT NULL, run INTEGER NOT NULL, job TEXT NOT NULL, nodes INTEGER NOT NULL,
-    world INTEGER NOT NULL, rate REAL, node_names TEXT NOT NULL
+    world INTEGER NOT NULL, rate REAL, node_names TEXT NOT NULL, step INTEGER
 );
 CREATE TABLE IF NOT EXISTS site_samples (
     t REAL NOT NULL, run INTEGER NOT NULL, total INTEGER NOT NULL, native INTEGER NOT NULL,
@@ -136,6 +137,20 @@ class JobRow:
     warnings: list[str]
 
 
+@dataclass(frozen=True)
+class JobProgress:
+    """How far a job got: its last committed step and its recent steps per second."""
+
+    step: int
+    steps_per_s: float | None
+
+    def eta_s(self, total_steps: int | None) -> float | None:
+        """Seconds left to ``total_steps`` at the recent rate (None: unknown)."""
+        if total_steps is None or not self.steps_per_s:
+            return None
+        return max(0.0, (total_steps - self.step) / self.steps_per_s)
+
+
 class CampaignStore:
     """The SQLite file of one campaign (``state.sqlite`` in the output folder)."""
 
@@ -165,6 +180,9 @@ class CampaignStore:
         have = {row[1] for row in self.db.execute("PRAGMA table_info(jobs)")}
         if "warnings" not in have:
             self.db.execute("ALTER TABLE jobs ADD COLUMN warnings TEXT")
+        sampled = {row[1] for row in self.db.execute("PRAGMA table_info(job_samples)")}
+        if "step" not in sampled:
+            self.db.execute("ALTER TABLE job_samples ADD COLUMN step INTEGER")
 
     def close(self) -> None:
         """Close the database."""
@@ -386,12 +404,13 @@ class CampaignStore:
         jobs: dict[str, dict[str, Any]],
         site: dict[str, int] | None,
     ) -> None:
-        """One sample: per job ``nodes``, ``world``, ``rate``, ``node_names``, ``rescales``
-        (the total so far in this run); ``dt`` seconds since the last sample (node-seconds)."""
+        """One sample: per job ``nodes``, ``world``, ``rate``, ``node_names``, ``step`` (the
+        last committed one, -1 before any), ``rescales`` (the total so far in this run);
+        ``dt`` seconds since the last sample (node-seconds)."""
         for name, info in jobs.items():
             self.db.execute(
-                "INSERT INTO job_samples(t, run, job, nodes, world, rate, node_names)"
-                " VALUES(?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO job_samples(t, run, job, nodes, world, rate, node_names, step)"
+                " VALUES(?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     t,
                     run,
@@ -400,6 +419,7 @@ class CampaignStore:
                     info["world"],
                     info.get("rate"),
                     ",".join(info.get("node_names", ())),
+                    info["step"] if isinstance(info.get("step"), int) else None,
                 ),
             )
             self.db.execute(
@@ -436,6 +456,31 @@ class CampaignStore:
             "SELECT t, run, job, nodes, world, rate, node_names FROM job_samples ORDER BY t"
         ).fetchall()
 
+    def progress(self, window_s: float = 60.0) -> dict[str, JobProgress]:
+        """Per job with a committed step: its last step and its steps/s over the last
+        ``window_s`` seconds of its latest run (None: too few samples to tell). Called once a
+        second by the live view: only the last samples of each job are read."""
+        try:
+            # SQLite takes the bare columns of a MAX() aggregate from the row holding the max.
+            last = self.db.execute(
+                "SELECT job, run, MAX(t), step FROM job_samples WHERE step >= 0 GROUP BY job"
+            ).fetchall()
+        except sqlite3.OperationalError:  # a folder from before steps were sampled, read-only
+            return {}
+        out = {}
+        for job, run, t_last, step_last in last:
+            # Only the latest run: a resume goes back to its checkpoint, and the time between
+            # two runs is no training time.
+            first = self.db.execute(
+                "SELECT t, step FROM job_samples WHERE job = ? AND run = ? AND step >= 0"
+                " AND t >= ? ORDER BY t LIMIT 1",
+                (job, run, t_last - window_s),
+            ).fetchone()
+            t_first, step_first = first
+            rate = (step_last - step_first) / (t_last - t_first) if t_last > t_first else None
+            out[job] = JobProgress(step=step_last, steps_per_s=rate if rate else None)
+        return out
+
     def site_samples(self) -> list[tuple[float, int, int, int, int, int, int]]:
         """``(t, run, total, native, harvested, training, idle)`` in time order."""
         return self.db.execute(
@@ -449,5 +494,6 @@ __all__ = [
     "CampaignStore",
     "FolderNote",
     "FolderOwnedError",
+    "JobProgress",
     "JobRow",
 ]

@@ -4,17 +4,26 @@ The planner's event loop is numba code: the first call in a process loads it fro
 or compiles it on a fresh install (tens of seconds on a small login node). A provider that paid
 this inside its first poll looked hung: no block, and no log line saying why. Planning a tiny
 machine through the same calls the poll makes loads every compiled function the poll uses.
+
+The same event loop runs the simulator (the emulated site's native jobs, ``replay --trace``), so
+one compile serves both. Commands call :func:`load_event_loop` under a message that says what
+happens and, on a cold cache (:func:`event_loop_cached`), how long it takes: a first run that
+printed nothing for half a minute looked hung.
 """
 
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 from parsl_malleable.harvest.planning import harvest_windows
 from parsl_malleable.harvest.site_profile import SiteProfile
 from parsl_malleable.harvest.yielding import blocks_in_the_way
 from parsl_malleable.snapshot import Node, NodeState, PendingJob, RunningJob, Snapshot
 from parsl_malleable.windows.predict import WindowPredictor
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 _NOW = 1_800_000_000.0
 
@@ -44,4 +53,66 @@ def load_planner(profile: SiteProfile, predictor: WindowPredictor) -> float:
     return time.perf_counter() - began
 
 
-__all__ = ["load_planner", "tiny_machine"]
+# Seconds to compile the event loop on a cold numba cache (NUMBA_CACHE_DIR set to an empty
+# folder, 2 cores): 15 s idle, 19-24 s with another compile running beside it. Loading it from
+# the cache takes about a second.
+COLD_COMPILE_S = (15, 25)
+
+
+def event_loop_cached() -> bool | None:
+    """Whether numba's cache holds the compiled event loop for this source (True: loading it
+    takes about a second), False: the first run compiles it; None: cannot tell (numba's cache
+    layout is private and may change)."""
+    from parsl_malleable.sim.engine import run_schedule
+
+    try:
+        index = run_schedule._cache._cache_file._load_index()  # type: ignore[attr-defined]
+    except (AttributeError, OSError):
+        return None
+    return bool(index)
+
+
+def load_message(cached: bool | None) -> str:
+    """What the user is told while :func:`load_event_loop` runs."""
+    if cached:
+        return "loading the simulator's compiled event loop (numba cache)"
+    low, high = COLD_COMPILE_S
+    guess = "first run on this machine" if cached is False else "unless numba cached it"
+    return (
+        f"compiling the simulator's event loop with numba ({guess}): about {low}-{high} s on "
+        "2 idle cores, longer on a busy machine; once, later runs load it from the cache"
+    )
+
+
+def load_event_loop() -> float:
+    """Load, or compile on a cold cache, the numba event loop of the simulator and the window
+    planner in this process; seconds taken. Later calls in the process return at once."""
+    from parsl_malleable.sim.simulate import warm_up
+
+    return warm_up()
+
+
+def load_with_status(console: Console) -> float:
+    """:func:`load_event_loop` under a spinner on ``console`` saying what happens and, on a
+    cold cache, how long it takes (a plain line where ``console`` is no terminal, so that a
+    log shows it too); seconds taken."""
+    cached = event_loop_cached()
+    message = load_message(cached)
+    if not console.is_terminal and not cached:
+        console.print(message)
+    with console.status(message + " ..."):
+        took = load_event_loop()
+    if not cached:
+        console.print(f"simulator compiled in {took:.0f} s (cached for later runs)")
+    return took
+
+
+__all__ = [
+    "COLD_COMPILE_S",
+    "event_loop_cached",
+    "load_event_loop",
+    "load_message",
+    "load_planner",
+    "load_with_status",
+    "tiny_machine",
+]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 from rich.console import Console
@@ -12,17 +13,14 @@ from rich.table import Table
 
 from parsl_malleable.errors import MalleableError
 from parsl_malleable.inputs import FiniteFloat
-from parsl_malleable.replay.calibration import apply_calibration, load_calibration
-from parsl_malleable.replay.engine import replay as run_replay
-from parsl_malleable.replay.policies import POLICIES, make_policy
-from parsl_malleable.replay.result import ReplayResult
-from parsl_malleable.replay.scavenger import scavenger_replay
-from parsl_malleable.replay.scenario import (
-    WORKLOADS,
-    summit_timeline,
-    trace_timeline,
-    workload_jobs,
-)
+
+if TYPE_CHECKING:  # the replay imports the simulator (numba), pandas and the solvers
+    from parsl_malleable.replay.result import ReplayResult
+
+# replay.policies.POLICIES and replay.scenario.WORKLOADS, spelled out so that --help imports
+# none of the replay (it took 7-15 s); tests/test_cli_help.py checks they are the same.
+POLICY_NAMES = ("freetrain", "malletrain", "ours", "ours+curves", "greedy", "marginal")
+WORKLOADS = ("imagenet-imgps-1001J", "imagenet-spdup-1001J", "hps-shufflenet-1000J")
 
 # --demo: a day of 500 of Summit's nodes, 20 jobs, the three policies
 DEMO_NODES, DEMO_DAYS, DEMO_JOBS = 500, 1.0, 20
@@ -107,7 +105,7 @@ def write_results(results: list[ReplayResult], out: Path) -> list[Path]:
 @click.option(
     "--policy",
     "policies",
-    type=click.Choice((*POLICIES, "scavenger")),
+    type=click.Choice((*POLICY_NAMES, "scavenger")),
     multiple=True,
     help="Policy to replay (repeat; default: freetrain, malletrain, ours); scavenger: "
     "one-node jobs in a preemptable partition with requeue, no resizing.",
@@ -151,12 +149,24 @@ def replay(
     out: Path | None,
 ) -> None:
     """Replay an idle-node timeline with a training workload under each policy."""
+    from parsl_malleable.replay.calibration import apply_calibration, load_calibration
+    from parsl_malleable.replay.engine import replay as run_replay
+    from parsl_malleable.replay.policies import make_policy
+    from parsl_malleable.replay.scavenger import scavenger_replay
+    from parsl_malleable.replay.scenario import summit_timeline, trace_timeline, workload_jobs
+
     console = Console()
+    status = Console(stderr=True)  # progress messages: not in the output a script reads
     if demo:
         nodes, days, jobs = nodes or DEMO_NODES, days or DEMO_DAYS, jobs or DEMO_JOBS
     try:
         if trace_path is not None:
-            timeline = trace_timeline(trace_path, days)
+            # The trace's EASY schedule runs the simulator, compiled with numba on a first run.
+            from parsl_malleable.harvest.warmup import load_with_status
+
+            load_with_status(status)
+            with status.status(f"simulating {trace_path.name} under EASY backfill ..."):
+                timeline = trace_timeline(trace_path, days)
         else:
             timeline = summit_timeline(nodes, days)
         work = workload_jobs(workload, timeline, jobs, keep_submits=not (demo or days or nodes))

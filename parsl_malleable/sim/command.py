@@ -4,19 +4,24 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
 from parsl_malleable.errors import MalleableError
 from parsl_malleable.inputs import FiniteFloat, require_parquet
-from parsl_malleable.sim.engine import POLICIES
-from parsl_malleable.sim.simulate import END_CUTS, SimResult, simulate, warm_up
-from parsl_malleable.sim.stats import SimStats
+
+if TYPE_CHECKING:  # the simulator imports numba and pandas; --help must stay light
+    from rich.table import Table
+
+    from parsl_malleable.sim.simulate import SimResult
+    from parsl_malleable.sim.stats import SimStats
 
 DEMO_JOBS, DEMO_NODES = 5000, 512
+# The choices of sim.engine.POLICIES and sim.simulate.END_CUTS, spelled out so that --help does
+# not import the simulator (tests/test_cli_help.py checks they are the same).
+POLICY_NAMES = ("fcfs", "easy", "conservative")
+END_CUT_NAMES = ("last_submit", "last_end")
 
 
 @click.command(name="sim")
@@ -26,7 +31,7 @@ DEMO_JOBS, DEMO_NODES = 5000, 512
     required=False,
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
 )
-@click.option("--policy", type=click.Choice(list(POLICIES)), default="easy", show_default=True)
+@click.option("--policy", type=click.Choice(POLICY_NAMES), default="easy", show_default=True)
 @click.option("--nodes", type=click.IntRange(min=1), help="Machine size (default: the trace's).")
 @click.option("--cores-per-node", type=click.IntRange(min=1), help="SWF: cores per node.")
 @click.option("--trace-format", "trace_format", help="Trace format (default: guessed).")
@@ -39,7 +44,7 @@ DEMO_JOBS, DEMO_NODES = 5000, 512
 )
 @click.option(
     "--end-cut",
-    type=click.Choice(END_CUTS),
+    type=click.Choice(END_CUT_NAMES),
     default="last_submit",
     show_default=True,
     help="Where the idle statistics stop: the last submit, or the last job end (drain).",
@@ -76,6 +81,11 @@ def sim(
     """Replay the job trace TRACE under FCFS, EASY or conservative backfill; report idle holes."""
     if demo == (trace_path is not None):
         raise click.UsageError("give either a TRACE file or --demo")
+    from rich.console import Console
+    from rich.text import Text
+
+    from parsl_malleable.sim.simulate import simulate, warm_up
+
     t0 = time.perf_counter()
     try:
         if out is not None and out_format == "parquet":
@@ -99,7 +109,12 @@ def sim(
             trace = read_trace(trace_path, trace_format, **options)
             source = str(trace_path)
         read_s = time.perf_counter() - t0
-        jit_s = warm_up()
+        # A first run compiles the event loop (15-25 s on 2 cores): say so, on stderr.
+        with Console(stderr=True).status(
+            "loading the simulator's event loop (numba; a first run on this machine compiles "
+            "it, about 15-25 s) ..."
+        ):
+            jit_s = warm_up()
         result = simulate(trace, policy, nodes=nodes, warmup=warmup, end_cut=end_cut)
     except (MalleableError, ValueError) as exc:
         raise click.ClickException(str(exc)) from None
@@ -118,6 +133,8 @@ def sim(
 
 def stats_table(result: SimResult, source: str, read_s: float, jit_s: float) -> Table:
     """A rich table of the statistics and speed of one simulation."""
+    from rich.table import Table
+
     s = result.stats
     table = Table(title=f"{s.policy} on {s.nodes} nodes: {source}", show_header=False)
     table.add_column("what", style="bold")

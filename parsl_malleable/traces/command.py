@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 from rich.console import Console
@@ -13,9 +14,13 @@ from rich.text import Text
 
 from parsl_malleable.errors import ConfigError, TraceFormatError
 from parsl_malleable.inputs import require_parquet
-from parsl_malleable.traces.read import ALIASES, READERS, read_trace
-from parsl_malleable.traces.schema import JobTrace, ReadReport
-from parsl_malleable.traces.summary import summarize
+
+if TYPE_CHECKING:  # the readers import pandas; --help must stay light
+    from parsl_malleable.traces.schema import JobTrace, ReadReport
+
+# The names traces.read.READERS and ALIASES accept, spelled out so that --help does not import
+# the readers (tests/test_cli_help.py checks they are the same).
+FORMAT_NAMES = ("cobalt", "pbs", "pbspro", "sacct", "slurm", "swf", "torque")
 
 
 @click.command(name="trace")
@@ -23,7 +28,7 @@ from parsl_malleable.traces.summary import summarize
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(sorted([*READERS, *ALIASES])),
+    type=click.Choice(FORMAT_NAMES),
     help="Trace format; guessed from the name and first lines when omitted.",
 )
 @click.option("--cores-per-node", type=click.IntRange(min=1), help="SWF: cores per node.")
@@ -50,6 +55,8 @@ def trace(
             require_parquet()
         except ConfigError as exc:
             raise click.ClickException(str(exc)) from None
+    from parsl_malleable.traces.read import read_trace
+
     options: dict[str, object] = {"skip_bad": skip_bad}
     if cores_per_node is not None:
         options["cores_per_node"] = cores_per_node
@@ -72,6 +79,8 @@ def trace(
 
 def summary_table(result: JobTrace) -> Table:
     """Jobs, machine, time span and offered utilisation."""
+    from parsl_malleable.traces.summary import summarize
+
     figures = summarize(result)
     machine = result.machine
     table = Table(title="Trace", show_header=False)

@@ -20,8 +20,8 @@ local Slurm cluster, handing it the task as the service would; nothing is mocked
 
 from __future__ import annotations
 
+import base64
 import json
-import os
 import subprocess
 import sys
 import time
@@ -38,97 +38,16 @@ from globus_compute_endpoint.engines import GlobusComputeEngine
 from globus_compute_endpoint.engines.base import GCFuture
 from globus_compute_sdk.serialize import ComputeSerializer
 
+from parsl_malleable.campaign.globus_driver import train_campaign
 from parsl_malleable.harvest import backfill_error_handler
 from parsl_malleable.provider import BackfillProvider
-
-REPO = Path(__file__).resolve().parents[2]
-SHIPPED = REPO / "configs" / "globus"
-ENDPOINT = "harvest"
-CLI = str(Path(sys.executable).parent / "globus-compute-endpoint")
-
-
-def _cli_env(tmp_path: Path) -> dict[str, str]:
-    """The environment of an admin shell whose home and endpoint folder are temporary."""
-    home = tmp_path / "home"
-    home.mkdir(exist_ok=True)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("GLOBUS_", "PYTHONPATH"))}
-    env |= {"HOME": str(home), "GLOBUS_COMPUTE_USER_DIR": str(tmp_path / "gc")}
-    return env
-
-
-def _cli(
-    env: dict[str, str], *args: str, stdin: str | None = None, timeout: float = 60
-) -> subprocess.CompletedProcess[str]:
-    """Run ``globus-compute-endpoint ARGS`` (stdout and stderr together)."""
-    return subprocess.run(
-        [CLI, *args],
-        env=env,
-        input=stdin,
-        stdin=None if stdin is not None else subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-
-
-@pytest.fixture
-def endpoint(tmp_path: Path) -> tuple[dict[str, str], Path]:
-    """``configure`` an endpoint from ``configs/globus``; its admin env and folder.
-
-    ``user_environment.yaml`` is shipped with an example path for the start-up hook; the admin
-    (here: the test) points it at the real ``configs/globus/python``.
-    """
-    env = _cli_env(tmp_path)
-    user_env = tmp_path / "user_environment.yaml"
-    shipped_env = yaml.safe_load((SHIPPED / "user_environment.yaml").read_text())
-    assert set(shipped_env) == {"PYTHONPATH"}
-    user_env.write_text(yaml.safe_dump({"PYTHONPATH": str(SHIPPED / "python")}))
-    done = _cli(
-        env,
-        "configure",
-        ENDPOINT,
-        "--contact-email",
-        "admin@example.org",
-        "--core-config",
-        str(SHIPPED / "config.yaml"),
-        "--template-config",
-        str(SHIPPED / "user_config_template.yaml.j2"),
-        "--schema-config",
-        str(SHIPPED / "user_config_schema.json"),
-        "--user-env-config",
-        str(user_env),
-    )
-    assert done.returncode == 0, done.stdout
-    ep_dir = tmp_path / "gc" / ENDPOINT
-    for name in ("user_config_template.yaml.j2", "user_config_schema.json"):
-        assert (ep_dir / name).read_text() == (SHIPPED / name).read_text()
-    return env, ep_dir
-
-
-def _render(env: dict[str, str], tmp_path: Path, options: dict[str, object]) -> str:
-    """The user config the manager endpoint would render for a user sending ``options``."""
-    opts = tmp_path / "opts.json"
-    opts.write_text(json.dumps(options))
-    done = subprocess.run(
-        [CLI, "render-user-config", "--endpoint", ENDPOINT, "--user-options", str(opts)],
-        env=env,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    return done.stdout
-
-
-def _user_endpoint_env(env: dict[str, str], ep_dir: Path) -> dict[str, str]:
-    """What a user endpoint process gets: the environment plus ``user_environment.yaml``."""
-    extra = yaml.safe_load((ep_dir / "user_environment.yaml").read_text())
-    return env | {k: str(v) for k, v in extra.items()}
-
+from tests.provider.globus_endpoint import (
+    ENDPOINT,
+    cli,
+    endpoint,  # noqa: F401
+    render,
+    user_endpoint_env,
+)
 
 _LOAD = """
 import json, sys
@@ -136,35 +55,43 @@ from globus_compute_endpoint.endpoint.config.utils import load_config_yaml
 config = load_config_yaml(sys.stdin.read())
 engine = config.engine
 provider = engine.executor.provider
+backfill = type(provider).__name__ == "BackfillProvider"
 print(json.dumps({
     "config": type(config).__name__,
     "engine": type(engine).__name__,
     "provider": type(provider).__module__ + "." + type(provider).__qualname__,
-    "profile": provider.profile.name,
-    "max_nodes": provider.profile.max_nodes,
+    "profile": provider.profile.name if backfill else None,
+    "max_nodes": provider.profile.max_nodes if backfill else None,
     "slots": [provider.init_blocks, provider.min_blocks, provider.max_blocks],
     "workers": engine.executor.max_workers_per_node,
     "heartbeat": [engine.executor.heartbeat_period, engine.executor.heartbeat_threshold],
+    "worker_init": provider.profile.worker_init if backfill else provider.worker_init,
 }))
 """
 
 
-def test_template_loads_with_backfill_provider(
-    endpoint: tuple[dict[str, str], Path], tmp_path: Path
-) -> None:
-    """Rendered by the endpoint, loaded by its ``load_config_yaml`` in a user endpoint's env."""
-    env, ep_dir = endpoint
-    rendered = _render(env, tmp_path, {"profile": "slurm-test", "max_nodes": 3})
-    assert "type: BackfillProvider" in rendered
-    done = subprocess.run(
+def _load(rendered: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """The endpoint's ``load_config_yaml`` on ``rendered``, in a process with ``env``."""
+    return subprocess.run(
         [sys.executable, "-c", _LOAD],
-        env=_user_endpoint_env(env, ep_dir),
+        env=env,
         input=rendered,
         capture_output=True,
         text=True,
         timeout=120,
         check=False,
     )
+
+
+def test_tasks_mode_loads_with_backfill_provider(
+    endpoint: tuple[dict[str, str], Path],  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """Rendered by the endpoint, loaded by its ``load_config_yaml`` in a user endpoint's env."""
+    env, ep_dir = endpoint
+    rendered = render(env, tmp_path, {"mode": "tasks", "profile": "slurm-test", "max_nodes": 3})
+    assert "type: BackfillProvider" in rendered
+    done = _load(rendered, user_endpoint_env(env, ep_dir))
     assert done.returncode == 0, done.stderr
     loaded = json.loads(done.stdout.strip().splitlines()[-1])
     assert loaded == {
@@ -176,71 +103,117 @@ def test_template_loads_with_backfill_provider(
         "slots": [3, 3, 3],  # the profile's max_blocks: the provider owns block counts
         "workers": 1,
         "heartbeat": [2, 10],
+        "worker_init": "",  # the profile's own (none): the template sets none of its own
     }
     # Without the start-up hook (no PYTHONPATH from user_environment.yaml) the same YAML is
     # refused by the endpoint's dispatcher: the hook is what makes the name resolve.
-    bare = subprocess.run(
-        [sys.executable, "-c", _LOAD],
-        env=env,
-        input=rendered,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    bare = _load(rendered, env)
     assert bare.returncode != 0
     assert "'BackfillProvider' is not a valid provider" in bare.stderr
 
 
-def test_template_defaults_and_schema(
-    endpoint: tuple[dict[str, str], Path], tmp_path: Path
+def test_driver_mode_is_the_default_and_needs_no_hook(
+    endpoint: tuple[dict[str, str], Path],  # noqa: F811
+    tmp_path: Path,
 ) -> None:
-    """No options: the site's default profile. Options outside the schema are refused."""
+    """No ``mode``: the drivers' engine, a LocalProvider on the endpoint host whose workers get
+    the endpoint's settings in their environment (what ``train_campaign`` reads)."""
     env, _ = endpoint
-    rendered = yaml.safe_load(_render(env, tmp_path, {}))
+    options = {
+        "profile": "slurm-test",
+        "max_nodes": 3,
+        "address": "10.0.0.7",
+        "worker_init": 'export A="b c"; cd $HOME',
+    }
+    rendered = render(env, tmp_path, options)
+    done = _load(rendered, env)  # the plain environment: LocalProvider is Parsl's
+    assert done.returncode == 0, done.stderr
+    loaded = json.loads(done.stdout.strip().splitlines()[-1])
+    assert loaded["provider"] == "parsl.providers.local.local.LocalProvider"
+    assert loaded["slots"] == [1, 1, 1]
+    assert loaded["workers"] == 4
+    assert loaded["worker_init"] == (
+        "export PM_GLOBUS_MODE=driver PM_GLOBUS_SITE=slurm-test PM_GLOBUS_MAX_NODES=3"
+        ' PM_GLOBUS_ADDRESS=10.0.0.7\nexport A="b c"; cd $HOME'
+    )
+    # The shell reads those lines as the endpoint's settings and the user's own, unchanged.
+    shell = subprocess.run(
+        ["bash", "-c", loaded["worker_init"] + '\necho "$PM_GLOBUS_SITE|$PM_GLOBUS_ADDRESS|$A"'],
+        env={**env, "HOME": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+    assert shell.stdout.strip() == "slurm-test|10.0.0.7|b c"
+    default = yaml.safe_load(render(env, tmp_path, {}))["engine"]["provider"]
+    assert default["worker_init"] == "export PM_GLOBUS_MODE=driver PM_GLOBUS_SITE=example-slurm"
+
+
+def test_template_defaults_and_schema(
+    endpoint: tuple[dict[str, str], Path],  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """Mode tasks without options: the site's default profile. Options outside the schema
+    are refused (an address with a space or quote could reach the drivers' shell)."""
+    env, _ = endpoint
+    rendered = yaml.safe_load(render(env, tmp_path, {"mode": "tasks"}))
     assert rendered["engine"]["provider"] == {
         "type": "BackfillProvider",
         "profile": "example-slurm",
     }
     opts = tmp_path / "bad.json"
-    for bad in ({"queue": "debug"}, {"profile": "../../etc/x"}, {"max_nodes": 0}):
+    bad_options: list[dict[str, object]] = [
+        {"queue": "debug"},
+        {"profile": "../../etc/x"},
+        {"max_nodes": 0},
+        {"mode": "both"},
+        {"address": "host; rm -rf ~"},
+    ]
+    for bad in bad_options:
         opts.write_text(json.dumps(bad))
-        done = _cli(env, "render-user-config", "--endpoint", ENDPOINT, "--user-options", str(opts))
+        done = cli(env, "render-user-config", "--endpoint", ENDPOINT, "--user-options", str(opts))
         assert done.returncode != 0, bad
         assert "Failed to render user configuration template" in done.stdout, done.stdout
 
 
 def test_user_endpoint_process_gets_past_config_validation(
-    endpoint: tuple[dict[str, str], Path], tmp_path: Path
+    endpoint: tuple[dict[str, str], Path],  # noqa: F811
+    tmp_path: Path,
 ) -> None:
-    """``_start-user-endpoint`` (what the manager execs per user) loads the rendered config.
+    """``_start-user-endpoint`` (what the manager execs per user) loads the rendered config,
+    in either mode.
 
     It then stops at the credentials the manager would pass it after registering with the
     cloud service (unreachable here): "No credential info provided".
     """
     env, ep_dir = endpoint
-    rendered = _render(env, tmp_path, {"profile": "slurm-test"})
+    uep_env = user_endpoint_env(env, ep_dir)
+    for mode in ("tasks", "driver"):
+        rendered = render(env, tmp_path, {"mode": mode, "profile": "slurm-test"})
+        stdin = json.dumps({"ep_info": {}, "config": rendered})
+        done = cli(uep_env, "_start-user-endpoint", ENDPOINT, stdin=stdin, timeout=120)
+        assert done.returncode != 0
+        assert "No credential info provided" in done.stdout, (mode, done.stdout)
+        assert "make_credential_provider" in done.stdout
+        assert "not a valid provider" not in done.stdout
+        assert "Endpoint will not start" not in done.stdout
+    # The control: mode tasks without user_environment.yaml fails at the config.
+    rendered = render(env, tmp_path, {"mode": "tasks", "profile": "slurm-test"})
     stdin = json.dumps({"ep_info": {}, "config": rendered})
-    uep_env = _user_endpoint_env(env, ep_dir)
-    done = _cli(uep_env, "_start-user-endpoint", ENDPOINT, stdin=stdin, timeout=120)
-    assert done.returncode != 0
-    assert "No credential info provided" in done.stdout, done.stdout
-    assert "make_credential_provider" in done.stdout
-    assert "not a valid provider" not in done.stdout
-    assert "Endpoint will not start" not in done.stdout
-    # The control: the same process without user_environment.yaml fails at the config.
-    bare = _cli(env, "_start-user-endpoint", ENDPOINT, stdin=stdin, timeout=120)
+    bare = cli(env, "_start-user-endpoint", ENDPOINT, stdin=stdin, timeout=120)
     assert "'BackfillProvider' is not a valid provider" in bare.stdout, bare.stdout
     assert "No credential info provided" not in bare.stdout
 
 
 def test_manager_endpoint_start_gets_to_registration(
-    endpoint: tuple[dict[str, str], Path], tmp_path: Path
+    endpoint: tuple[dict[str, str], Path],  # noqa: F811
+    tmp_path: Path,
 ) -> None:
     """``start`` validates config.yaml, then registers with the cloud service: a Globus login
     is asked for, which no one answers here (stdin is empty), so it aborts there."""
     env, _ = endpoint
-    done = _cli(env, "start", ENDPOINT, timeout=120)
+    done = cli(env, "start", ENDPOINT, timeout=120)
     assert done.returncode != 0
     assert "Please authenticate with Globus" in done.stdout, done.stdout
     assert "Aborted!" in done.stdout
@@ -254,36 +227,24 @@ def test_manager_endpoint_start_gets_to_registration(
         "engine": {"type": "GlobusComputeEngine", "provider": {"type": "LocalProvider"}},
     }
     (legacy / "config.yaml").write_text(yaml.safe_dump(legacy_yaml))
-    refused = _cli(env, "start", "legacy", timeout=120)
+    refused = cli(env, "start", "legacy", timeout=120)
     assert refused.returncode != 0
     assert "contains an `engine` field; endpoint will not start" in refused.stdout
     assert "Please authenticate" not in refused.stdout
 
 
-def train_on_harvest(profile: str, epochs: int, max_nodes: int = 4) -> dict[str, float]:
-    """What a remote user sends: a Parsl driver that trains the digits MLP on harvested nodes.
-
-    It runs as one task on the endpoint and loads its own Parsl config there, since a
-    malleable app needs a driver (its controller and coordinator) that the engine's executor
-    does not provide.
-    """
-    import parsl
-    from parsl.config import Config
-
-    from apps.digits import train_elastic
-    from parsl_malleable.app import malleable_app
-    from parsl_malleable.provider import BackfillProvider, harvest_executor
-
-    provider = BackfillProvider(profile)
-    with parsl.load(Config(executors=[harvest_executor(provider)], retries=2)):
-        train = malleable_app(min_nodes=1, max_nodes=max_nodes, checkpoint_dir="~/ckpt/digits-gc")(
-            train_elastic
-        )
-        return train(epochs=epochs).result()
+CAMPAIGN = """
+jobs:
+  - name: digits
+    app: parsl_malleable.apps.digits:train_elastic
+    epochs: 20
+    max_nodes: 8
+"""
 
 
 def test_remote_user_submission_packing(
-    endpoint: tuple[dict[str, str], Path], tmp_path: Path
+    endpoint: tuple[dict[str, str], Path],  # noqa: F811
+    tmp_path: Path,
 ) -> None:
     """``Executor(endpoint_id=..., user_endpoint_config=...)``: what reaches the service.
 
@@ -312,7 +273,7 @@ def test_remote_user_submission_packing(
     options = {"profile": "perlmutter", "max_nodes": 8}
     executor = Executor(endpoint_id=endpoint_id, client=client, user_endpoint_config=options)
     try:
-        future = executor.submit(train_on_harvest, "perlmutter", epochs=20, max_nodes=8)
+        future = executor.submit(train_campaign, CAMPAIGN, name="digits-gc")
         deadline = time.monotonic() + 30
         while not web.v3.submit.called and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -323,11 +284,13 @@ def test_remote_user_submission_packing(
 
     serde = ComputeSerializer()
     (registration,) = web.v3.register_function.call_args.args
-    assert registration["function_name"] == "train_on_harvest"
+    assert registration["function_name"] == "train_campaign"
     (code,) = serde.unpack_buffers(registration["function_code"])
-    shipped_fn = serde.deserialize(code)
-    assert callable(shipped_fn)
-    assert shipped_fn.__name__ == "train_on_harvest"
+    # By reference (module and name), not by value: the endpoint imports its own installed
+    # copy, and nothing but Globus Compute's serializer handles the call.
+    pickled = base64.b64decode(code.split("\n", 1)[1])
+    assert b"parsl_malleable.campaign.globus_driver" in pickled and len(pickled) < 200, pickled
+    assert serde.deserialize(code) is train_campaign
 
     sent_to, batch = web.v3.submit.call_args.args
     assert str(sent_to) == str(endpoint_id)
@@ -336,17 +299,16 @@ def test_remote_user_submission_packing(
     assert fn_id == function_id
     (payload,) = payloads
     args, kwargs = (serde.deserialize(b) for b in serde.unpack_buffers(payload))
-    assert args == ("perlmutter",)
-    assert kwargs == {"epochs": 20, "max_nodes": 8}
+    assert args == (CAMPAIGN,)  # plain text: the campaign crosses the network as YAML
+    assert kwargs == {"name": "digits-gc"}
 
-    # The endpoint accepts what the user sent: its template renders with these options.
+    # The endpoint accepts what the user sent: its template renders the drivers' engine for
+    # the profile and cap the user asked for.
     env, _ = endpoint
-    rendered = yaml.safe_load(_render(env, tmp_path, batch["user_endpoint_config"]))
-    assert rendered["engine"]["provider"] == {
-        "type": "BackfillProvider",
-        "profile": "perlmutter",
-        "max_nodes": 8,
-    }
+    rendered = yaml.safe_load(render(env, tmp_path, batch["user_endpoint_config"]))
+    provider = rendered["engine"]["provider"]
+    assert provider["type"] == "LocalProvider"
+    assert "PM_GLOBUS_SITE=perlmutter PM_GLOBUS_MAX_NODES=8" in provider["worker_init"]
 
 
 _DOUBLE = """

@@ -78,7 +78,7 @@ def native_schedule(settings: EmulatedSettings, t0: float | None = None) -> Nati
     trace = load_trace(settings)
     logger.info(
         "emulated site: simulating %d native jobs on %d nodes (EASY); the first run on a "
-        "machine compiles the simulator (about 20 s), later runs load it from the cache",
+        "machine compiles the simulator (15-25 s on 2 cores), later runs load it from the cache",
         len(trace.jobs),
         settings.nodes,
     )

@@ -1,0 +1,106 @@
+"""``parsl-malleable --help`` and every ``parsl-malleable <sub> --help`` answer at once.
+
+A user's first command is ``--help``; ``replay --help`` once took 7-15 s because its command
+module imported the replay (numba, pandas, the solvers) at the top. The robust check is which
+modules a ``--help`` imports (a fresh interpreter prints ``sys.modules``); the wall time of the
+installed entry point is measured and printed, with a bound generous enough for a loaded
+2-core machine.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+from parsl_malleable.cli import SUBCOMMANDS
+
+HEAVY = ("torch", "parsl", "numba", "pandas", "pulp", "scipy", "sklearn")
+HELP_BOUND_S = 5.0  # < 1 s on an idle machine (measured: 0.2-0.4 s); headroom for a loaded one
+
+_PROBE = """
+import json, sys
+from parsl_malleable.cli import main
+try:
+    main(sys.argv[1:], prog_name="parsl-malleable")
+except SystemExit:
+    pass
+print(json.dumps(sorted({m.split(".")[0] for m in sys.modules})))
+"""
+
+# The package __init__ of these parts imports its heavy modules eagerly, so importing the
+# command module (parsl_malleable.<part>.command) pulls them in whatever it imports itself.
+EAGER_PACKAGE = {
+    "sim": "parsl_malleable/sim/__init__.py imports the simulator (numba, pandas) eagerly",
+    "trace": "parsl_malleable/traces/__init__.py imports the readers (pandas) eagerly",
+    "allocate": "parsl_malleable/allocate/__init__.py imports the solvers (pulp) eagerly",
+}
+
+
+def _imported_by_help(*argv: str) -> set[str]:
+    out = subprocess.run(
+        [sys.executable, "-c", _PROBE, *argv, "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    return set(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def _cases() -> list[object]:
+    cases: list[object] = [pytest.param((), id="top")]
+    for name in sorted(SUBCOMMANDS):
+        marks = []
+        if name in EAGER_PACKAGE:
+            marks.append(pytest.mark.xfail(reason=EAGER_PACKAGE[name], strict=True))
+        cases.append(pytest.param((name,), id=name, marks=marks))
+    return cases
+
+
+@pytest.mark.parametrize("argv", _cases())
+def test_help_imports_nothing_heavy(argv: tuple[str, ...]) -> None:
+    imported = _imported_by_help(*argv)
+    assert "click" in imported  # the probe did run the command line
+    heavy = sorted(set(HEAVY) & imported)
+    assert not heavy, f"parsl-malleable {' '.join(argv)} --help imports {heavy}"
+
+
+@pytest.mark.parametrize("argv", [(), *((name,) for name in sorted(SUBCOMMANDS))])
+def test_help_through_the_entry_point_is_quick(argv: tuple[str, ...]) -> None:
+    exe = shutil.which("parsl-malleable")
+    if exe is None:
+        pytest.skip("the parsl-malleable entry point is not installed")
+    began = time.perf_counter()
+    out = subprocess.run([exe, *argv, "--help"], capture_output=True, text=True, timeout=120)
+    took = time.perf_counter() - began
+    print(f"parsl-malleable {' '.join(argv)} --help: {took:.2f} s")
+    assert out.returncode == 0, out.stderr
+    assert "Usage:" in out.stdout
+    assert took < HELP_BOUND_S, f"{' '.join(argv)} --help took {took:.1f} s"
+
+
+def test_choices_spelled_out_for_help_match_the_code() -> None:
+    from parsl_malleable.allocate import command as allocate_command
+    from parsl_malleable.allocate.objectives import OBJECTIVES
+    from parsl_malleable.allocate.options import MAX_NODES
+    from parsl_malleable.replay import command as replay_command
+    from parsl_malleable.replay.policies import POLICIES as REPLAY_POLICIES
+    from parsl_malleable.replay.scenario import WORKLOADS
+    from parsl_malleable.sim import command as sim_command
+    from parsl_malleable.sim.engine import POLICIES
+    from parsl_malleable.sim.simulate import END_CUTS
+    from parsl_malleable.traces import command as trace_command
+    from parsl_malleable.traces.read import ALIASES, READERS
+
+    assert set(sim_command.POLICY_NAMES) == set(POLICIES)
+    assert tuple(sim_command.END_CUT_NAMES) == tuple(END_CUTS)
+    assert set(trace_command.FORMAT_NAMES) == {*READERS, *ALIASES}
+    assert tuple(allocate_command.OBJECTIVE_NAMES) == tuple(OBJECTIVES)
+    assert allocate_command.MAX_NODES == MAX_NODES
+    assert tuple(replay_command.POLICY_NAMES) == tuple(REPLAY_POLICIES)
+    assert tuple(replay_command.WORKLOADS) == tuple(WORKLOADS)

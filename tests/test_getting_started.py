@@ -1,0 +1,171 @@
+"""The getting-started pages, followed literally from a pip install.
+
+Each page's shell commands are run as a user would type them, with what ``pip install`` gives
+(the wheel in a fresh venv, tests/wheel_venv.py), from an empty folder outside the repository.
+
+The convention a page follows, so that this file can run it:
+
+- Every fenced block opened with ```` ```bash ```` is run, in the page's order, each block by a
+  fresh ``bash`` with ``set -euo pipefail``, all blocks of a page in the same (at first empty)
+  folder: a later block sees the files an earlier one wrote, not its shell variables (a block
+  that needs one sets it). Other fences (``python``, ``yaml``, ``text``, ``console``) are not run.
+- A block must exit 0, unless an HTML comment on the line just before its fence says otherwise
+  (the comment does not show when the page is rendered):
+
+  - ``<!-- test: skip (why) -->``: not run; the reason is required (it needs a real site, an
+    interactive front end, an install the test already did, or minutes another test spends).
+  - ``<!-- test: exit 3 -->``: the block is expected to exit 3 (for instance a campaign stopped
+    by its ``--time-limit``, which says so with 3).
+
+- Keep what runs short: campaigns with ``--time-limit`` of 30-60 s, replays with their smallest
+  options; the whole file runs in a few minutes on 2 cores.
+
+Another page's test can reuse this: ``page_blocks(path)`` reads a page's blocks and
+``run_page(path, venv, folder)`` runs them and fails with the block's line and output.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.wheel_venv import WheelVenv, wheel_venv_fixture  # noqa: F401 (the fixture)
+
+REPO = Path(__file__).resolve().parents[1]
+PAGES = REPO / "docs" / "getting-started"
+FENCE = re.compile(r"^(\s*)```(\w*)\s*$")  # indented too: a block inside a list item
+DIRECTIVE = re.compile(r"^\s*<!--\s*test:\s*(.*?)\s*-->\s*$")
+SKIP = re.compile(r"skip\s+\((.+)\)")
+EXIT = re.compile(r"exit\s+(\d+)")
+BLOCK_TIMEOUT_S = 300
+
+
+@dataclass(frozen=True)
+class Block:
+    """One fenced ``bash`` block of a page."""
+
+    page: Path
+    line: int  # of the opening fence, 1-based
+    code: str
+    skip: str | None  # the reason, when the page says not to run it
+    exit_code: int = 0
+
+    def where(self) -> str:
+        return f"{self.page.relative_to(REPO)}:{self.line}"
+
+
+def _directive(text: str, page: Path, line: int) -> tuple[str | None, int]:
+    """(skip reason, expected exit) of a ``<!-- test: ... -->`` comment; anything else is an
+    error, so that a typo does not silently run (or skip) a block."""
+    if skip := SKIP.fullmatch(text):
+        return skip.group(1), 0
+    if code := EXIT.fullmatch(text):
+        return None, int(code.group(1))
+    raise ValueError(f"{page}:{line}: unknown test directive {text!r} (skip (why) or exit N)")
+
+
+def page_blocks(page: Path) -> list[Block]:
+    """The ``bash`` blocks of ``page`` in order, with what their directives say."""
+    blocks: list[Block] = []
+    lines = page.read_text().splitlines()
+    index = 0
+    while index < len(lines):
+        fence = FENCE.match(lines[index])
+        if not fence:
+            index += 1
+            continue
+        end = next((j for j in range(index + 1, len(lines)) if lines[j].strip() == "```"), None)
+        if end is None:
+            raise ValueError(f"{page}:{index + 1}: fence never closed")
+        if fence.group(2) == "bash":
+            above = lines[index - 1] if index else ""
+            skip, exit_code = None, 0
+            if directive := DIRECTIVE.match(above):
+                skip, exit_code = _directive(directive.group(1), page, index)
+            indent = len(fence.group(1))
+            code = "\n".join(line[indent:] for line in lines[index + 1 : end])
+            blocks.append(Block(page, index + 1, code, skip, exit_code))
+        index = end + 1
+    return blocks
+
+
+def run_page(page: Path, venv: WheelVenv, folder: Path) -> list[Block]:
+    """Run ``page``'s blocks in ``folder``; fail on the first block that exits otherwise than
+    expected. Returns the blocks that ran."""
+    ran = []
+    for block in page_blocks(page):
+        if block.skip:
+            continue
+        script = f"set -euo pipefail\n{block.code}\n"
+        proc = venv.run(["bash", "-c", script], cwd=folder, timeout=BLOCK_TIMEOUT_S)
+        if proc.returncode != block.exit_code:
+            pytest.fail(
+                f"{block.where()}: exit {proc.returncode}, expected {block.exit_code}\n"
+                f"{block.code}\n--- stdout\n{proc.stdout[-3000:]}\n--- stderr\n"
+                f"{proc.stderr[-3000:]}"
+            )
+        ran.append(block)
+    return ran
+
+
+MINE = ["campaign-runner.md", "jupyter-login-node.md", "site-admin-replay.md"]
+
+
+@pytest.mark.parametrize("name", MINE)
+def test_page_blocks_are_runnable_or_say_why_not(name: str) -> None:
+    """Every bash block either runs or gives its reason; no path that exists only in a clone."""
+    blocks = page_blocks(PAGES / name)
+    assert any(b.skip is None for b in blocks), name
+    assert all(b.skip is None or b.skip.strip() for b in blocks)
+    for block in blocks:
+        assert "configs/" not in block.code and "providers/" not in block.code, block.where()
+
+
+def test_directives_are_read_and_typos_refused(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text(
+        "text\n```bash\necho one\n```\n<!-- test: skip (needs a real site) -->\n```bash\n"
+        "sbatch x\n```\n```python\nprint()\n```\n<!-- test: exit 3 -->\n```bash\nexit 3\n```\n"
+        "1. a list item\n\n   ```bash\n   echo two\n     indented\n   ```\n"
+    )
+    blocks = page_blocks(page)
+    assert [(b.line, b.code, b.skip, b.exit_code) for b in blocks] == [
+        (2, "echo one", None, 0),
+        (6, "sbatch x", "needs a real site", 0),
+        (13, "exit 3", None, 3),
+        (18, "echo two\n  indented", None, 0),
+    ]
+    page.write_text("<!-- test: skipp -->\n```bash\necho\n```\n")
+    with pytest.raises(ValueError, match="unknown test directive"):
+        page_blocks(page)
+
+
+@pytest.mark.slow
+def test_campaign_runner_page(wheel_venv: WheelVenv) -> None:
+    """Copy the demo, run it for a while, look at its status: as the page says."""
+    here = wheel_venv.empty_folder("campaign-runner")
+    ran = run_page(PAGES / "campaign-runner.md", wheel_venv, here)
+    assert any("parsl-malleable init" in b.code for b in ran)
+    assert (here / "demo.yaml").is_file()
+    assert (here / "out" / "demo" / "results.csv").is_file()
+    assert list((here / "out" / "demo" / "checkpoints").glob("*/ckpt-*.pt"))  # it trained
+
+
+@pytest.mark.slow
+def test_jupyter_login_node_page(wheel_venv: WheelVenv) -> None:
+    here = wheel_venv.empty_folder("jupyter-login-node")
+    run_page(PAGES / "jupyter-login-node.md", wheel_venv, here)
+    assert (here / "login-node.ipynb").is_file()
+
+
+@pytest.mark.slow
+def test_site_admin_replay_page(wheel_venv: WheelVenv) -> None:
+    here = wheel_venv.empty_folder("site-admin-replay")
+    ran = run_page(PAGES / "site-admin-replay.md", wheel_venv, here)
+    commands = " ".join(b.code for b in ran)
+    for command in ("trace", "sim", "windows", "allocate", "replay"):
+        assert f"parsl-malleable {command}" in commands, command
+    assert (here / "replay-out" / "summary.csv").is_file()
