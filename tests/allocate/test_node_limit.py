@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from parsl_malleable.allocate import AllocationInputError, allocate
+from parsl_malleable.allocate import AllocationInputError, allocate, instances
 from parsl_malleable.allocate import command as allocate_command
 from parsl_malleable.allocate.options import MAX_NODES
 
@@ -43,7 +43,7 @@ def test_command_refuses_10_to_the_8_nodes_without_building_them(
     def no_instance(*args, **kwargs):
         raise AssertionError("make_instance was called: node names would be built")
 
-    monkeypatch.setattr(allocate_command, "make_instance", no_instance)
+    monkeypatch.setattr(instances, "make_instance", no_instance)
     began = time.perf_counter()
     result = CliRunner().invoke(
         allocate_command.allocate,
@@ -60,7 +60,7 @@ def test_command_accepts_the_limit_itself(bftrainer_dir: Path, monkeypatch) -> N
     def stop(*args, **kwargs):
         raise SystemExit(7)
 
-    monkeypatch.setattr(allocate_command, "make_instance", stop)
+    monkeypatch.setattr(instances, "make_instance", stop)
     result = CliRunner().invoke(
         allocate_command.allocate,
         ["--workload-dir", str(bftrainer_dir), "--nodes", str(MAX_NODES)],
