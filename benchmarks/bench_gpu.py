@@ -143,6 +143,24 @@ class Job:
         assert found is not None
         return found
 
+    def start_all_but_one(self, ranks: int) -> int:
+        """Start ranks on every device but the last (one, with one device); their group size
+        once it has trained a step."""
+        first = max(ranks - 1, 1)
+        t = time.time()
+        for index in range(first):
+            self.start(index)
+        self.resumed(first, t)
+        return first
+
+    def kill_last(self, size: int) -> float:
+        """SIGKILL the newest member of a group of ``size``; seconds to the first step of the
+        group of ``size - 1`` that follows."""
+        victim = self.coordinator.current_members()[-1]
+        t = time.time()
+        os.kill(victim.pid, signal.SIGKILL)
+        return self.resumed(size - 1, t) - t
+
     def train_at(self, size: int, seconds: float) -> None:
         """Let the current group train ``seconds`` past its first step (the measurements)."""
         target = self.coordinator.last_step() + 1
@@ -164,21 +182,13 @@ def resizes(device: str, ranks: int, seconds: float) -> dict[str, Any]:
                               "precision": PRECISION[device]})  # fmt: skip
     figures: dict[str, Any] = {}
     try:
-        first = max(ranks - 1, 1)
-        t = time.time()
-        for index in range(first):
-            job.start(index)
-        job.resumed(first, t)
-        job.train_at(first, seconds)
+        job.train_at(job.start_all_but_one(ranks), seconds)
         if ranks >= 2:
             new = job.start(ranks - 1)
             joined = job.joined_at(new)
             figures["grow_s"] = job.resumed(ranks, joined) - joined
             job.train_at(ranks, seconds)
-            victim = job.coordinator.current_members()[-1]
-            t = time.time()
-            os.kill(victim.pid, signal.SIGKILL)
-            figures["kill_s"] = job.resumed(ranks - 1, t) - t
+            figures["kill_s"] = job.kill_last(ranks)
             job.train_at(ranks - 1, seconds)
         rates: dict[int, list[float]] = {}
         for size, rate in job.coordinator.take_measurements()[0]:
@@ -197,19 +207,12 @@ def correctness(device: str, ranks: int, epochs: int) -> tuple[bool, str]:
                               "precision": PRECISION[device], "step_delay_s": 0.2})  # fmt: skip
     results: list[tuple[Any, ...]] = []
     try:
-        first = max(ranks - 1, 1)
-        t = time.time()
-        for index in range(first):
-            job.start(index)
-        job.resumed(first, t)
+        job.start_all_but_one(ranks)
         if ranks >= 2:
             t = time.time()
             job.start(ranks - 1)
             job.resumed(ranks, t)
-            victim = job.coordinator.current_members()[-1]
-            t = time.time()
-            os.kill(victim.pid, signal.SIGKILL)
-            job.resumed(ranks - 1, t)
+            job.kill_last(ranks)
         while len(results) < sum(p.is_alive() or p.exitcode == 0 for p in job.procs.values()):
             results.append(job.queue.get(timeout=600))
     finally:
