@@ -95,7 +95,7 @@ def _trace_run(args: tuple[str, str, str, int]) -> ReplayResult:
     _quiet()
     from parsl_malleable.replay.idle import idle_from_sim
     from parsl_malleable.replay.queue_windows import QueueWindows
-    from parsl_malleable.sim.simulate import simulate
+    from parsl_malleable.sim.trace_replay import simulate
     from parsl_malleable.traces import read_trace
 
     trace_name, policy, windows, count = args

@@ -106,7 +106,7 @@ def bench_trace(name: str, repeat: int) -> dict:
 def memory_point(n_jobs: int, nodes: int) -> None:
     """Child process: simulate a synthetic trace, print JSON with peak RSS before/after."""
     from parsl_malleable.sim import simulate
-    from parsl_malleable.sim.simulate import warm_up
+    from parsl_malleable.sim.trace_replay import warm_up
     from parsl_malleable.traces.synthetic import synthetic_trace
 
     warm_up()
@@ -171,7 +171,7 @@ def run_child(*args: str, env: dict | None = None) -> dict:
 
 def cold_compile() -> dict:
     """Child process: first call with an empty numba cache (a fresh checkout's cost)."""
-    from parsl_malleable.sim.simulate import warm_up
+    from parsl_malleable.sim.trace_replay import warm_up
 
     print(json.dumps({"seconds": warm_up()}))
     return {}
@@ -241,7 +241,7 @@ def main() -> None:
         return
 
     t0 = time.perf_counter()
-    from parsl_malleable.sim.simulate import warm_up
+    from parsl_malleable.sim.trace_replay import warm_up
 
     import_s = time.perf_counter() - t0
     first = warm_up()

@@ -50,7 +50,7 @@ def big_snapshot(nodes: int = 10_000, pending: int = 2_000):
     queue is topped up to ``pending`` with the next jobs to be submitted (as if they already
     had been) and cut there.
     """
-    from parsl_malleable.sim.simulate import simulate
+    from parsl_malleable.sim.trace_replay import simulate
     from parsl_malleable.traces.synthetic import synthetic_trace
     from parsl_malleable.windows.replay_snapshots import ReplayState
 
@@ -140,7 +140,7 @@ def bench_predict(repeat: int) -> None:
 def bench_traces() -> None:
     import pandas as pd
 
-    from parsl_malleable.sim.simulate import simulate
+    from parsl_malleable.sim.trace_replay import simulate
     from parsl_malleable.traces.read import read_trace
     from parsl_malleable.windows.accounting import BlockCosts
     from parsl_malleable.windows.evaluate import EvalConfig, evaluate

@@ -32,13 +32,11 @@ except SystemExit:
 print(json.dumps(sorted({m.split(".")[0] for m in sys.modules})))
 """
 
-# The package __init__ of these parts imports its heavy modules eagerly, so importing the
-# command module (parsl_malleable.<part>.command) pulls them in whatever it imports itself.
-EAGER_PACKAGE = {
-    "sim": "parsl_malleable/sim/__init__.py imports the simulator (numba, pandas) eagerly",
-    "trace": "parsl_malleable/traces/__init__.py imports the readers (pandas) eagerly",
-    "allocate": "parsl_malleable/allocate/__init__.py imports the solvers (pulp) eagerly",
-}
+# the top-level --help and each subcommand's
+ARGVS = [
+    pytest.param((), id="top"),
+    *(pytest.param((name,), id=name) for name in sorted(SUBCOMMANDS)),
+]
 
 
 def _imported_by_help(*argv: str) -> set[str]:
@@ -52,17 +50,7 @@ def _imported_by_help(*argv: str) -> set[str]:
     return set(json.loads(out.stdout.strip().splitlines()[-1]))
 
 
-def _cases() -> list[object]:
-    cases: list[object] = [pytest.param((), id="top")]
-    for name in sorted(SUBCOMMANDS):
-        marks = []
-        if name in EAGER_PACKAGE:
-            marks.append(pytest.mark.xfail(reason=EAGER_PACKAGE[name], strict=True))
-        cases.append(pytest.param((name,), id=name, marks=marks))
-    return cases
-
-
-@pytest.mark.parametrize("argv", _cases())
+@pytest.mark.parametrize("argv", ARGVS)
 def test_help_imports_nothing_heavy(argv: tuple[str, ...]) -> None:
     imported = _imported_by_help(*argv)
     assert "click" in imported  # the probe did run the command line
@@ -70,7 +58,7 @@ def test_help_imports_nothing_heavy(argv: tuple[str, ...]) -> None:
     assert not heavy, f"parsl-malleable {' '.join(argv)} --help imports {heavy}"
 
 
-@pytest.mark.parametrize("argv", [(), *((name,) for name in sorted(SUBCOMMANDS))])
+@pytest.mark.parametrize("argv", ARGVS)
 def test_help_through_the_entry_point_is_quick(argv: tuple[str, ...]) -> None:
     exe = shutil.which("parsl-malleable")
     if exe is None:
@@ -93,7 +81,7 @@ def test_choices_spelled_out_for_help_match_the_code() -> None:
     from parsl_malleable.replay.scenario import WORKLOADS
     from parsl_malleable.sim import command as sim_command
     from parsl_malleable.sim.engine import POLICIES
-    from parsl_malleable.sim.simulate import END_CUTS
+    from parsl_malleable.sim.trace_replay import END_CUTS
     from parsl_malleable.traces import command as trace_command
     from parsl_malleable.traces.read import ALIASES, READERS
 

@@ -25,7 +25,7 @@ PACKAGE = "parsl_malleable"
 # Low to high. A part is parsl_malleable/<part> (package or module); "apps" is the example apps,
 # kept in apps/ and installed as parsl_malleable.apps (pyproject.toml's package-dir).
 LAYERS: list[tuple[str, ...]] = [
-    ("errors", "logs"),  # the exception types, imported by everything; log handlers
+    ("errors", "logs", "_lazy"),  # exception types, used by all; log handlers; lazy attributes
     ("inputs", "snapshot", "data"),  # input checks; the scheduler snapshot; shipped traces
     ("traces",),  # trace readers, one schema
     ("sim",),  # the backfill simulator and queue planner
@@ -200,7 +200,8 @@ def test_graph_sees_known_edges(graph: dict[str, set[str]]) -> None:
     )
     # the emulated native load imports the simulator inside a function
     assert (
-        "parsl_malleable.sim.simulate" in graph["parsl_malleable.schedulers.emulated.native_load"]
+        "parsl_malleable.sim.trace_replay"
+        in graph["parsl_malleable.schedulers.emulated.native_load"]
     )
     assert "parsl_malleable.elastic.rank" in graph["parsl_malleable.apps.digits"]
     # app.py imports the controller; the controller names what it needs of a job in a Protocol

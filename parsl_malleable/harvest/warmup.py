@@ -87,7 +87,7 @@ def load_message(cached: bool | None) -> str:
 def load_event_loop() -> float:
     """Load, or compile on a cold cache, the numba event loop of the simulator and the window
     planner in this process; seconds taken. Later calls in the process return at once."""
-    from parsl_malleable.sim.simulate import warm_up
+    from parsl_malleable.sim.trace_replay import warm_up
 
     return warm_up()
 

@@ -17,7 +17,7 @@ import pandas as pd
 
 from parsl_malleable.errors import ConfigError
 from parsl_malleable.replay.workload import ReplayJob
-from parsl_malleable.sim.simulate import SimResult, simulate
+from parsl_malleable.sim.trace_replay import SimResult, simulate
 from parsl_malleable.traces.schema import JOB_COLUMNS, JobTrace
 
 

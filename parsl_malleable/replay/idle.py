@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from parsl_malleable.errors import TraceFormatError
-from parsl_malleable.sim.simulate import SimResult, node_name
+from parsl_malleable.sim.trace_replay import SimResult, node_name
 from parsl_malleable.traces.idle import read_idle_intervals
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-from parsl_malleable.sim.simulate import SimResult
+from parsl_malleable.sim.trace_replay import SimResult
 from parsl_malleable.traces.schema import JobTrace
 from parsl_malleable.windows.evaluate import refit_on_history, replay_history
 from parsl_malleable.windows.predict import WindowPredictor
@@ -22,7 +22,7 @@ from parsl_malleable.windows.replay_snapshots import ReplayState
 class QueueWindows:
     """:data:`parsl_malleable.controller.core.WindowSource` over a simulated job trace.
 
-    Node names are the simulator's (:func:`parsl_malleable.sim.simulate.node_name`), as in the
+    Node names are the simulator's (:func:`parsl_malleable.sim.trace_replay.node_name`), as in the
     timeline :func:`parsl_malleable.replay.idle.idle_from_sim` builds.
     """
 

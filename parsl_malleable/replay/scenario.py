@@ -33,7 +33,7 @@ def summit_timeline(
 
 def trace_timeline(path: str | Path, days: float | None = None, **read: object) -> IdleTimeline:
     """The idle timeline of a job trace simulated under EASY backfill (first ``days`` days)."""
-    from parsl_malleable.sim.simulate import simulate
+    from parsl_malleable.sim.trace_replay import simulate
     from parsl_malleable.traces import read_trace
 
     trace = read_trace(path, **read)  # type: ignore[arg-type]

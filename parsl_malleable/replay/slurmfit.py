@@ -26,7 +26,7 @@ import pandas as pd
 from parsl_malleable.errors import ConfigError
 from parsl_malleable.replay.batch import BatchOutcome, native_delays, sweep_rows
 from parsl_malleable.replay.workload import ReplayJob
-from parsl_malleable.sim.simulate import simulate
+from parsl_malleable.sim.trace_replay import simulate
 from parsl_malleable.traces.schema import JobTrace
 
 # A run of this many chunks for one job means the holes are shorter than its start-up.

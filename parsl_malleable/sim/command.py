@@ -14,11 +14,11 @@ from parsl_malleable.inputs import FiniteFloat, require_parquet
 if TYPE_CHECKING:  # the simulator imports numba and pandas; --help must stay light
     from rich.table import Table
 
-    from parsl_malleable.sim.simulate import SimResult
     from parsl_malleable.sim.stats import SimStats
+    from parsl_malleable.sim.trace_replay import SimResult
 
 DEMO_JOBS, DEMO_NODES = 5000, 512
-# The choices of sim.engine.POLICIES and sim.simulate.END_CUTS, spelled out so that --help does
+# The choices of sim.engine.POLICIES and sim.trace_replay.END_CUTS, spelled out so that --help does
 # not import the simulator (tests/test_cli_help.py checks they are the same).
 POLICY_NAMES = ("fcfs", "easy", "conservative")
 END_CUT_NAMES = ("last_submit", "last_end")
@@ -84,7 +84,7 @@ def sim(
     from rich.console import Console
     from rich.text import Text
 
-    from parsl_malleable.sim.simulate import simulate, warm_up
+    from parsl_malleable.sim.trace_replay import simulate, warm_up
 
     t0 = time.perf_counter()
     try:

@@ -25,7 +25,7 @@ import numpy as np
 
 from parsl_malleable.errors import SnapshotError
 from parsl_malleable.sim.engine import POLICIES, run_schedule
-from parsl_malleable.sim.simulate import MIN_PLAN_SECONDS, SimulationError
+from parsl_malleable.sim.trace_replay import MIN_PLAN_SECONDS, SimulationError
 
 
 @dataclass(frozen=True)

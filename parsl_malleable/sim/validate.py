@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from parsl_malleable.sim.simulate import SimResult
+from parsl_malleable.sim.trace_replay import SimResult
 from parsl_malleable.traces.schema import JobTrace
 
 

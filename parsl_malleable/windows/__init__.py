@@ -9,8 +9,18 @@ submodule).
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from typing import TYPE_CHECKING
+
+from parsl_malleable._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from parsl_malleable.windows.accounting import BlockCosts
+    from parsl_malleable.windows.arrivals import ArrivalModel
+    from parsl_malleable.windows.choose import expected_lengths
+    from parsl_malleable.windows.predict import NodeWindows, WindowPredictor
+    from parsl_malleable.windows.runtime_model import RuntimeRatioModel
+    from parsl_malleable.windows.validate import CheckedSnapshot, check_snapshot
+    from parsl_malleable.windows.window import Window
 
 _LAZY = {
     "WindowPredictor": "parsl_malleable.windows.predict",
@@ -37,12 +47,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    # importing parsl_malleable.windows.predict binds the submodule to the name "predict"
-    # here; the public name is the function
-    globals()[name] = value
-    return value
+__getattr__, __dir__ = lazy_exports(globals(), _LAZY)

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from parsl_malleable.sim.simulate import SimResult, simulate
+from parsl_malleable.sim.trace_replay import SimResult, simulate
 from parsl_malleable.traces.schema import JobTrace
 from parsl_malleable.windows.accounting import (
     BlockCosts,

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from parsl_malleable.sim.engine import POLICIES, run_schedule
-from parsl_malleable.sim.simulate import MIN_PLAN_SECONDS
+from parsl_malleable.sim.trace_replay import MIN_PLAN_SECONDS
 from parsl_malleable.windows.arrivals import Arrivals
 from parsl_malleable.windows.runtime_model import JobKey
 from parsl_malleable.windows.validate import CheckedSnapshot

@@ -3,7 +3,7 @@
 A :class:`ReplayState` walks the replay's events in time order and keeps the running set,
 the pending queue (in the simulator's priority order: input order) and the idle nodes up to
 date, so a :class:`~parsl_malleable.snapshot.Snapshot` at any event costs one list
-assembly. Node ``i`` of the simulator is named :func:`~parsl_malleable.sim.simulate.node_name`
+assembly. Node ``i`` of the simulator is named :func:`~parsl_malleable.sim.trace_replay.node_name`
 ``(i)`` and listed in id order, so the planner numbers nodes exactly as the replay did.
 """
 
@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-from parsl_malleable.sim.simulate import SimResult, node_name
+from parsl_malleable.sim.trace_replay import SimResult, node_name
 from parsl_malleable.snapshot import Node, NodeState, PendingJob, RunningJob, Snapshot
 from parsl_malleable.traces.schema import JobTrace
 

@@ -12,7 +12,7 @@ from parsl_malleable.replay.idle import idle_from_sim, load_idle_intervals
 from parsl_malleable.replay.predict import HistoryWindows, NodeAges
 from parsl_malleable.replay.scenario import hpo_sweep, summit_timeline, workload_jobs
 from parsl_malleable.sim.handmade import handmade_trace
-from parsl_malleable.sim.simulate import simulate
+from parsl_malleable.sim.trace_replay import simulate
 
 
 def test_idle_intervals_merge_touching_rows_and_clip(tmp_path):

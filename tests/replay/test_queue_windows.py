@@ -11,7 +11,7 @@ from parsl_malleable.replay.policies import make_policy
 from parsl_malleable.replay.queue_windows import QueueWindows
 from parsl_malleable.replay.workload import ReplayJob
 from parsl_malleable.sim.handmade import handmade_trace
-from parsl_malleable.sim.simulate import simulate
+from parsl_malleable.sim.trace_replay import simulate
 
 
 def blocked_head():

@@ -26,7 +26,7 @@ from parsl_malleable.schedulers.emulated.native_load import (
 )
 from parsl_malleable.schedulers.emulated.settings import EmulatedSettings
 from parsl_malleable.schedulers.records import JobState
-from parsl_malleable.sim.simulate import simulate
+from parsl_malleable.sim.trace_replay import simulate
 from parsl_malleable.snapshot import NodeState
 from tests.provider.conftest import wait_for as poll_until
 

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from parsl_malleable.cli import main
 from parsl_malleable.errors import TraceFormatError
-from parsl_malleable.sim.simulate import SimulationError, simulate
+from parsl_malleable.sim.trace_replay import SimulationError, simulate
 from parsl_malleable.traces import read_trace
 
 HEADER = "; MaxNodes: 4\n; MaxProcs: 4\n"

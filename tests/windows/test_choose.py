@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from parsl_malleable.sim.simulate import simulate
+from parsl_malleable.sim.trace_replay import simulate
 from parsl_malleable.traces.schema import JOB_COLUMNS, JobTrace, MachineInfo
 from parsl_malleable.windows.accounting import BlockCosts
 from parsl_malleable.windows.choose import block_values, expected_lengths

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from parsl_malleable.sim.simulate import simulate
+from parsl_malleable.sim.trace_replay import simulate
 from parsl_malleable.traces.synthetic import synthetic_trace
 from parsl_malleable.windows.accounting import BlockCosts
 from parsl_malleable.windows.arrivals import DAY, ArrivalModel

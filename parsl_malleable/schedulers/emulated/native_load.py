@@ -72,7 +72,7 @@ def load_trace(settings: EmulatedSettings) -> JobTrace:
 def native_schedule(settings: EmulatedSettings, t0: float | None = None) -> NativeSchedule:
     """Simulate the settings' trace (EASY backfill on ``settings.nodes`` nodes) and map it to
     wall time from ``t0`` (default: now)."""
-    from parsl_malleable.sim.simulate import simulate
+    from parsl_malleable.sim.trace_replay import simulate
 
     began = time.perf_counter()
     trace = load_trace(settings)
