@@ -21,16 +21,19 @@ The convention a page follows, so that this file can run it:
   options; the whole file runs in a few minutes on 2 cores.
 
 Another page's test can reuse this: ``page_blocks(path)`` reads a page's blocks and
-``run_page(path, venv, folder)`` runs them and fails with the block's line and output.
+``run_page(path, venv, folder)`` runs them and fails with the block's line and output; its
+``env`` is set over the venv's environment (a temporary ``HOME`` for a page that writes there).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.wheel_venv import WheelVenv, wheel_venv_fixture  # noqa: F401 (the fixture)
 
@@ -92,26 +95,42 @@ def page_blocks(page: Path) -> list[Block]:
     return blocks
 
 
-def run_page(page: Path, venv: WheelVenv, folder: Path) -> list[Block]:
-    """Run ``page``'s blocks in ``folder``; fail on the first block that exits otherwise than
-    expected. Returns the blocks that ran."""
+@dataclass(frozen=True)
+class Ran:
+    """A block that ran, and what it printed."""
+
+    block: Block
+    stdout: str
+
+
+def run_page(
+    page: Path, venv: WheelVenv, folder: Path, env: Mapping[str, str] | None = None
+) -> list[Ran]:
+    """Run ``page``'s blocks in ``folder`` (``env`` set over the venv's environment); fail on
+    the first block that exits otherwise than expected. Returns the blocks that ran."""
     ran = []
     for block in page_blocks(page):
         if block.skip:
             continue
         script = f"set -euo pipefail\n{block.code}\n"
-        proc = venv.run(["bash", "-c", script], cwd=folder, timeout=BLOCK_TIMEOUT_S)
+        proc = venv.run(["bash", "-c", script], cwd=folder, timeout=BLOCK_TIMEOUT_S, env=env)
         if proc.returncode != block.exit_code:
             pytest.fail(
                 f"{block.where()}: exit {proc.returncode}, expected {block.exit_code}\n"
                 f"{block.code}\n--- stdout\n{proc.stdout[-3000:]}\n--- stderr\n"
                 f"{proc.stderr[-3000:]}"
             )
-        ran.append(block)
+        ran.append(Ran(block, proc.stdout))
     return ran
 
 
-MINE = ["campaign-runner.md", "jupyter-login-node.md", "site-admin-replay.md"]
+MINE = [
+    "campaign-runner.md",
+    "globus-endpoint-admin.md",
+    "globus-remote-user.md",
+    "jupyter-login-node.md",
+    "site-admin-replay.md",
+]
 
 
 @pytest.mark.parametrize("name", MINE)
@@ -148,7 +167,7 @@ def test_campaign_runner_page(wheel_venv: WheelVenv) -> None:
     """Copy the demo, run it for a while, look at its status: as the page says."""
     here = wheel_venv.empty_folder("campaign-runner")
     ran = run_page(PAGES / "campaign-runner.md", wheel_venv, here)
-    assert any("parsl-malleable init" in b.code for b in ran)
+    assert any("parsl-malleable init" in r.block.code for r in ran)
     assert (here / "demo.yaml").is_file()
     assert (here / "out" / "demo" / "results.csv").is_file()
     assert list((here / "out" / "demo" / "checkpoints").glob("*/ckpt-*.pt"))  # it trained
@@ -165,7 +184,62 @@ def test_jupyter_login_node_page(wheel_venv: WheelVenv) -> None:
 def test_site_admin_replay_page(wheel_venv: WheelVenv) -> None:
     here = wheel_venv.empty_folder("site-admin-replay")
     ran = run_page(PAGES / "site-admin-replay.md", wheel_venv, here)
-    commands = " ".join(b.code for b in ran)
+    commands = " ".join(r.block.code for r in ran)
     for command in ("trace", "sim", "windows", "allocate", "replay"):
         assert f"parsl-malleable {command}" in commands, command
     assert (here / "replay-out" / "summary.csv").is_file()
+
+
+@pytest.mark.slow
+def test_globus_endpoint_admin_page(wheel_venv: WheelVenv) -> None:
+    """Copy the endpoint files out of the wheel, ``configure`` and render both modes: in a
+    temporary home and endpoint folder (the real ones are not touched)."""
+    here = wheel_venv.empty_folder("globus-endpoint-admin")
+    home, user_dir = here.parent / "globus-admin-home", here.parent / "globus-admin-gc"
+    home.mkdir()
+    env = {"HOME": str(home), "GLOBUS_COMPUTE_USER_DIR": str(user_dir)}
+    ran = run_page(PAGES / "globus-endpoint-admin.md", wheel_venv, here, env)
+    assert not any("globus-compute-endpoint start" in r.block.code for r in ran)  # the cloud's
+    installed = next(wheel_venv.venv.glob("lib/python*/site-packages/parsl_malleable"))
+    shipped = installed / "globus_endpoint"
+    endpoint = user_dir / "harvest"
+    for name in ("config.yaml", "user_config_template.yaml.j2", "user_config_schema.json"):
+        assert (here / "endpoint-files" / name).read_text() == (shipped / name).read_text()
+    for name in ("user_config_template.yaml.j2", "user_config_schema.json"):
+        assert (endpoint / name).read_text() == (shipped / name).read_text()  # installed as is
+    # ``configure`` rewrites config.yaml: the shipped settings, the contact email, and the
+    # example identity mapping (the one the page says to fill in as root).
+    config = yaml.safe_load((endpoint / "config.yaml").read_text())
+    shipped_config = yaml.safe_load((shipped / "config.yaml").read_text())
+    assert config == {
+        **shipped_config,
+        "email": "admin@example.org",
+        "identity_mapping_config_path": str(endpoint / "example_identity_mapping_config.json"),
+    }
+    assert (endpoint / "example_identity_mapping_config.json").is_file()
+    # user_environment.yaml points at the installed start-up hook.
+    user_env = yaml.safe_load((endpoint / "user_environment.yaml").read_text())
+    assert user_env == {"PYTHONPATH": str(shipped / "python")}
+    assert (shipped / "python" / "sitecustomize.py").is_file()
+    # The two renders, each a YAML mapping from its top-level ``engine:`` on (``configure``
+    # printed its summary before them): the drivers' engine, then the tasks' engine.
+    (printed,) = [r.stdout for r in ran if "render-user-config" in r.block.code]
+    parts = re.split(r"(?m)^(?=engine:)", printed)
+    driver, tasks = (yaml.safe_load(part) for part in parts if part.startswith("engine:"))
+    provider = driver["engine"]["provider"]
+    assert provider["type"] == "LocalProvider"
+    assert provider["worker_init"] == "export PM_GLOBUS_MODE=driver PM_GLOBUS_SITE=example-slurm"
+    assert driver["engine"]["max_workers_per_node"] == 4
+    provider = tasks["engine"]["provider"]
+    assert provider == {"type": "BackfillProvider", "profile": "example-slurm", "max_nodes": 4}
+    assert not any(home.iterdir())  # all of it went to GLOBUS_COMPUTE_USER_DIR
+
+
+@pytest.mark.slow
+def test_globus_remote_user_page(wheel_venv: WheelVenv) -> None:
+    """Write the campaign and check it as the endpoint will (sending it needs the cloud)."""
+    here = wheel_venv.empty_folder("globus-remote-user")
+    ran = run_page(PAGES / "globus-remote-user.md", wheel_venv, here)
+    assert ran[-1].stdout == "ok: ['digits']\n"
+    campaign = yaml.safe_load((here / "digits.yaml").read_text())
+    assert [job["app"] for job in campaign["jobs"]] == ["parsl_malleable.apps.digits:train_elastic"]

@@ -18,7 +18,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,12 +58,18 @@ class WheelVenv:
         return folder
 
     def run(
-        self, argv: Sequence[str | os.PathLike[str]], cwd: Path, timeout: float = 300
+        self,
+        argv: Sequence[str | os.PathLike[str]],
+        cwd: Path,
+        timeout: float = 300,
+        env: Mapping[str, str] | None = None,
     ) -> subprocess.CompletedProcess[str]:
-        """Run ``argv`` in the venv's environment from ``cwd``; output captured as text."""
+        """Run ``argv`` in the venv's environment from ``cwd``; output captured as text.
+
+        ``env`` is set over the venv's environment (a temporary ``HOME``, say)."""
         return subprocess.run(
-            [str(a) for a in argv], capture_output=True, text=True, cwd=cwd, env=self.env,
-            timeout=timeout,
+            [str(a) for a in argv], capture_output=True, text=True, cwd=cwd,
+            env={**self.env, **(env or {})}, timeout=timeout,
         )  # fmt: skip
 
 
