@@ -67,7 +67,11 @@ def train_elastic(
     model = make_model(channels, seed).to(ctx.device)  # + the rank's device
     optimizer, scheduler = make_optimizer(model, lr, epochs)
     sampler = ElasticDistributedSampler(len(x_tr), batch_size, seed=seed)  # + DistributedSampler
-    loader = DataLoader(TensorDataset(x_tr, y_tr), batch_sampler=sampler, num_workers=num_workers)
+    data = TensorDataset(x_tr, y_tr)
+    # persistent: a rank forks its workers once, not again after every regroup
+    loader = DataLoader(
+        data, batch_sampler=sampler, num_workers=num_workers, persistent_workers=num_workers > 0
+    )
     ddp = ctx.wrap(model)  # + DistributedDataParallel(model)
     amp = Precision(precision, torch.device(ctx.device).type)
     state = ctx.state(model, optimizer, scheduler, sampler=sampler, scaler=amp.scaler)  # +

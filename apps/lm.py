@@ -129,7 +129,11 @@ def train_elastic(
         optimizer, lambda epoch: 0.5 * (1.0 + math.cos(math.pi * epoch / epochs))
     )
     sampler = ElasticDistributedSampler(len(train), batch_size, seed=seed)  # + DistributedSampler
-    loader = DataLoader(TensorDataset(train), batch_sampler=sampler, num_workers=num_workers)
+    data = TensorDataset(train)
+    # persistent: a rank forks its workers once, not again after every regroup
+    loader = DataLoader(
+        data, batch_sampler=sampler, num_workers=num_workers, persistent_workers=num_workers > 0
+    )
     ddp = ctx.wrap(model)  # + DistributedDataParallel(model)
     amp = Precision(precision, torch.device(ctx.device).type)
     state = ctx.state(model, optimizer, scheduler, sampler=sampler, scaler=amp.scaler)  # +

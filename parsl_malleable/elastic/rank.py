@@ -75,6 +75,24 @@ def is_transport_error(exc: BaseException) -> bool:
     return isinstance(exc, RuntimeError) and any(mark in text for mark in _TRANSPORT_MARKS)
 
 
+def failure_message(error: BaseException, causes: int = 3) -> str:
+    """``error`` in one line, with up to ``causes`` of the exceptions it was raised from.
+
+    Libraries re-raise with a generic message (a DataLoader's worker "exited unexpectedly" is
+    raised ``from`` whatever interrupted its wait); the job's owner reads the chain.
+    """
+    parts: list[str] = []
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen and len(parts) <= causes:
+        seen.add(id(current))
+        parts.append("".join(traceback.format_exception_only(type(current), current)).strip())
+        current = current.__cause__ or (
+            None if current.__suppress_context__ else current.__context__
+        )
+    return " <- ".join(parts)
+
+
 class PeerLost(EpochInterrupt):
     """A collective failed (a peer died or timed out); the state rolls back to the last commit."""
 
@@ -302,7 +320,7 @@ class RankContext:
 
     def abort(self, error: BaseException) -> None:
         """Tell the coordinator that user code failed on this rank (ends the job)."""
-        message = "".join(traceback.format_exception_only(type(error), error)).strip()
+        message = failure_message(error)
         try:
             self._client.request("abort", member=self.member_id, error=message)
         except Exception:

@@ -1,6 +1,7 @@
 """One rank process of tests/elastic/test_ddp_resize.py: digits trained with ``ctx.wrap`` (DDP)
-and a ``DataLoader`` (one worker process) over an ``ElasticDistributedSampler``, optionally in
-fp16 with a GradScaler and with gradient accumulation (``apps.digits.train_ddp``'s loop).
+and a ``DataLoader`` (one persistent worker process) over an
+``ElasticDistributedSampler``, optionally in fp16 with a GradScaler and with gradient
+accumulation (``apps.digits.train_ddp``'s loop).
 
 Run as ``python ddp_rank.py HOST PORT TOKEN MEMBER SETTINGS_JSON ARGS_JSON``; prints
 ``outcome <json>`` on its last line. Besides training, every step adds the indices this rank's
@@ -58,7 +59,9 @@ def train(
     model = make_model((128,), seed)
     optimizer, scheduler = make_optimizer(model, lr, epochs)
     sampler = ElasticDistributedSampler(n, batch_size, seed=seed)
-    loader = DataLoader(Indexed(x_tr, y_tr), batch_sampler=sampler, num_workers=1)
+    loader = DataLoader(
+        Indexed(x_tr, y_tr), batch_sampler=sampler, num_workers=1, persistent_workers=True
+    )
     ddp = ctx.wrap(model)
     amp = Precision(precision)
     seen = torch.zeros(epochs, n)

@@ -101,3 +101,25 @@ def test_iterating_without_a_group_says_what_to_do():
         assert "ctx.run" in str(exc)
     else:
         raise AssertionError("no error")
+
+
+def test_persistent_workers_follow_a_rollback_mid_epoch():
+    """``persistent_workers=True``: the same worker serves the iteration after a rollback (the
+    loop abandoned mid-epoch, the sampler restored to its last commit) from the committed place,
+    so a rank forks no worker after a regroup."""
+    data = TensorDataset(torch.arange(40))
+    sampler = ElasticDistributedSampler(data, batch_size=4, seed=2)
+    sampler.set_group(0, 1)
+    loader = DataLoader(data, batch_sampler=sampler, num_workers=1, persistent_workers=True)
+    for step, (x,) in enumerate(loader):
+        sampler.advance()
+        if step == 1:
+            committed = sampler.state_dict()
+        if step == 4:
+            break  # steps 3-5 are lost: the group failed before their commit
+    workers = [w.pid for w in loader._iterator._workers]
+    sampler.load_state_dict(committed)
+    resumed = [x.tolist() for (x,) in loader]
+    assert [w.pid for w in loader._iterator._workers] == workers  # not started again
+    expected = sampler.permutation()[8:].tolist()
+    assert [i for batch in resumed for i in batch] == expected
