@@ -81,6 +81,9 @@ class BackfillProvider(Launching, YieldStep, ExecutionProvider, RepresentationMi
     :class:`WindowPredictor` with a learned model (default: the naive planner). ``recycle``:
     slots take the next job when one ends (default); with False a slot ends with its job and
     Parsl sees the job's final state. ``slots``: Parsl blocks (default ``profile.max_blocks``).
+    ``autostart``: the first ``submit`` starts the poll thread (False: the caller polls with
+    :meth:`poll_once`); the heartbeat starts with the first ``submit`` either way, since it says
+    that the driver lives, whoever polls.
     """
 
     def __init__(
@@ -179,6 +182,8 @@ class BackfillProvider(Launching, YieldStep, ExecutionProvider, RepresentationMi
         if self.autostart:
             self.start()
             self._wake.set()
+        else:
+            self._start_heartbeat()
         return slot_id
 
     def status(self, job_ids: Sequence[object]) -> list[ParslStatus]:
@@ -266,15 +271,21 @@ class BackfillProvider(Launching, YieldStep, ExecutionProvider, RepresentationMi
             if self._thread is not None and self._thread.is_alive():
                 return
             self._stop.clear()
+            self._start_heartbeat()
+            self._thread = threading.Thread(
+                target=self._loop, name=f"backfill-{self.label}", daemon=True
+            )
+            self._thread.start()
+
+    def _start_heartbeat(self) -> None:
+        with self._lock:
+            if self._beat_thread is not None and self._beat_thread.is_alive():
+                return
             self.beat()
             self._beat_thread = threading.Thread(
                 target=self._beat_loop, name=f"backfill-{self.label}-heartbeat", daemon=True
             )
             self._beat_thread.start()
-            self._thread = threading.Thread(
-                target=self._loop, name=f"backfill-{self.label}", daemon=True
-            )
-            self._thread.start()
 
     @property
     def heartbeat_file(self) -> Path:
@@ -318,8 +329,9 @@ class BackfillProvider(Launching, YieldStep, ExecutionProvider, RepresentationMi
                 self._wind_down(timeout)
         self._stop.set()
         self._wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
+        for thread in (self._thread, self._beat_thread):
+            if thread is not None:
+                thread.join(timeout)
         if cancel:
             # A scheduler that runs blocks itself (the emulated site) stops them here.
             closer = getattr(self.scheduler, "close", None)
