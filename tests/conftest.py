@@ -43,8 +43,48 @@ def bftrainer_dir(data_root: Path) -> Path:
     return data_root / "bftrainer"
 
 
+# With pytest-xdist (the README's command runs two workers), the tests that share one resource
+# run on one worker, in collection order: the Slurm cluster (one per machine, and the tests
+# assume its nodes idle) and the wheel's venv (built once per worker that needs it). The type
+# check joins the Slurm tests: that worker mostly waits on the scheduler, and its first Slurm
+# test starts mypy in the background (tests/background_checks.py).
+SLURM_GROUP = "slurm-cluster"
+WHEEL_GROUP = "wheel-venv"
+TYPES_TEST = "tests/test_types.py"
+
+
+def resource_group(item: pytest.Item) -> str | None:
+    """The xdist group of a test that needs a shared resource; None for any other."""
+    names = getattr(item, "fixturenames", ())
+    if item.get_closest_marker("slurm") or "slurm_cluster" in names:
+        return SLURM_GROUP
+    if item.nodeid.startswith(TYPES_TEST):
+        return SLURM_GROUP
+    if "wheel_venv" in names:
+        return WHEEL_GROUP
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the marks
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if group := resource_group(item):
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
+def _under_xdist() -> bool:
+    return "PYTEST_XDIST_WORKER" in os.environ
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Start the type check in the background when the session will run it (see
-    ``tests/background_checks.py``)."""
-    if any(item.nodeid.startswith("tests/test_types.py") for item in session.items):
+    ``tests/background_checks.py``); under xdist, every worker collects every test, so the
+    worker that gets the type check starts it (``pytest_runtest_setup``)."""
+    if not _under_xdist() and any(i.nodeid.startswith(TYPES_TEST) for i in session.items):
         background_checks.mypy()
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if _under_xdist() and resource_group(item) == SLURM_GROUP:
+        if any(i.nodeid.startswith(TYPES_TEST) for i in item.session.items):
+            background_checks.mypy()
