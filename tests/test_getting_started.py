@@ -164,13 +164,23 @@ def test_directives_are_read_and_typos_refused(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_campaign_runner_page(wheel_venv: WheelVenv) -> None:
-    """Copy the demo, run it for a while, look at its status: as the page says."""
+    """Copy the demo, run it for a while, look at its status: as the page says.
+
+    How far 40 s of wall clock gets the training depends on the machine's load (a cold numba
+    compile comes first), so what is checked is what the page promises: the run stopped at its
+    limit (exit 3), wrote its table, and ``status`` lists every job of it. Training from the
+    wheel to the end is ``test_wheel.py``'s.
+    """
     here = wheel_venv.empty_folder("campaign-runner")
     ran = run_page(PAGES / "campaign-runner.md", wheel_venv, here)
     assert any("parsl-malleable init" in r.block.code for r in ran)
     assert (here / "demo.yaml").is_file()
-    assert (here / "out" / "demo" / "results.csv").is_file()
-    assert list((here / "out" / "demo" / "checkpoints").glob("*/ckpt-*.pt"))  # it trained
+    jobs = (here / "out" / "demo" / "results.csv").read_text().splitlines()[1:]
+    names = [row.split(",", 1)[0] for row in jobs]
+    assert len(names) == 5, jobs  # the demo's deep job and its 4-point sweep
+    (status,) = [r.stdout for r in ran if "parsl-malleable status" in r.block.code]
+    assert "last time limit" in status, status
+    assert all(name in status for name in names), status
 
 
 @pytest.mark.slow
