@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -92,3 +93,10 @@ def test_choices_spelled_out_for_help_match_the_code() -> None:
     assert allocate_command.MAX_NODES == MAX_NODES
     assert tuple(replay_command.POLICY_NAMES) == tuple(REPLAY_POLICIES)
     assert tuple(replay_command.WORKLOADS) == tuple(WORKLOADS)
+
+
+def test_the_readme_lists_every_subcommand() -> None:
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = readme.split("## Command line", 1)[1].split("\n## ", 1)[0]
+    missing = [name for name in sorted(SUBCOMMANDS) if f"`parsl-malleable {name}" not in section]
+    assert not missing, f"README.md's Command line section does not list {missing}"
