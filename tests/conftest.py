@@ -85,6 +85,9 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    if _under_xdist() and resource_group(item) == SLURM_GROUP:
-        if any(i.nodeid.startswith(TYPES_TEST) for i in item.session.items):
-            background_checks.mypy()
+    if (
+        _under_xdist()
+        and resource_group(item) == SLURM_GROUP
+        and any(i.nodeid.startswith(TYPES_TEST) for i in item.session.items)
+    ):
+        background_checks.mypy()
