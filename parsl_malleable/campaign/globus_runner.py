@@ -30,16 +30,12 @@ EPOCH_KEYS = ("epoch", "world_size", "reason", "start_step", "last_step", "forme
 
 
 class DriverRunner(CampaignRunner):
-    """A :class:`CampaignRunner` whose :attr:`block_history` lists the blocks of its run."""
+    """A :class:`CampaignRunner` that reports its blocks and epochs as plain values."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.block_history: list[dict[str, Any]] = []
-
-    def _note_reclaims(self, provider: Any) -> None:
-        # The runner calls this once its provider is closed: the history is complete then.
-        self.block_history = [block_row(r) for r in provider.history()]
-        super()._note_reclaims(provider)
+    @property
+    def block_history(self) -> list[dict[str, Any]]:
+        """The blocks of this run (:attr:`CampaignRunner.blocks`), each a :func:`block_row`."""
+        return [block_row(r) for r in self.blocks]
 
     def epoch_history(self) -> dict[str, list[dict[str, Any]]]:
         """Per job of this run, its membership epochs: who trained from which step to which

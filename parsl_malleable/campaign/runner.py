@@ -200,6 +200,8 @@ class CampaignRunner:
         self._site_size_checked = False
         self._stop = threading.Event()
         self.run_dir: Path | None = None  # Parsl's run directory of this run, once loaded
+        # The provider's job records (its blocks) of this run, complete once the run has ended.
+        self.blocks: list[Any] = []
 
     def check_folder(self) -> FolderNote | None:
         """Whether this campaign may run into the output folder, reading it only (nothing is
@@ -340,6 +342,7 @@ class CampaignRunner:
             provider.close()
             parsl.clear()
             lifeline.release()
+            self.blocks = list(provider.history())
             self._note_reclaims(provider)
             if run_log is not None:
                 remove_logger(run_log)
