@@ -60,9 +60,14 @@ def test_idle_and_garbage_connections_are_dropped_and_ranks_still_get_in(coordin
     garbage = socket.create_connection((host, port))
     garbage.sendall(b"this is not json\n")
     endless = socket.create_connection((host, port))
-    endless.sendall(b"x" * 2_000_000)  # no newline, ever
+    try:
+        endless.sendall(b"x" * 2_000_000)  # no newline, ever
+    except (ConnectionResetError, BrokenPipeError):
+        reset_mid_send = True  # the server dropped it at its size limit before all was sent
+    else:
+        reset_mid_send = False
     assert _closed_by_server(garbage) < 5.0
-    assert _closed_by_server(endless) < 5.0
+    assert reset_mid_send or _closed_by_server(endless) < 5.0
     assert 0.5 < _closed_by_server(idle) < 10.0  # the 1 s handshake deadline
     client = CoordinatorClient(host, port, coordinator.token)
     client.request("register", member="m", host="h", pid=1, block="b")
