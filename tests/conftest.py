@@ -72,22 +72,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.xdist_group(group))
 
 
-def _under_xdist() -> bool:
-    return "PYTEST_XDIST_WORKER" in os.environ
+# Under xdist: whether this worker's session collected the type check, which the first Slurm
+# test it runs then starts (collected once per session, not looked up at every test).
+TYPES_PENDING = pytest.StashKey[bool]()
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Start the type check in the background when the session will run it (see
     ``tests/background_checks.py``); under xdist, every worker collects every test, so the
     worker that gets the type check starts it (``pytest_runtest_setup``)."""
-    if not _under_xdist() and any(i.nodeid.startswith(TYPES_TEST) for i in session.items):
+    collected = any(i.nodeid.startswith(TYPES_TEST) for i in session.items)
+    if "PYTEST_XDIST_WORKER" in os.environ:
+        session.stash[TYPES_PENDING] = collected
+    elif collected:
         background_checks.mypy()
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    if (
-        _under_xdist()
-        and resource_group(item) == SLURM_GROUP
-        and any(i.nodeid.startswith(TYPES_TEST) for i in item.session.items)
-    ):
+    if item.session.stash.get(TYPES_PENDING, False) and resource_group(item) == SLURM_GROUP:
         background_checks.mypy()
