@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +18,9 @@ class IdleTimeline:
     """Idle intervals ``[start, end)`` of integer nodes ``0..len(names)-1``, seen in ``[t0, t1]``.
 
     An interval that reaches ``t1`` is cut there (the replay ends; nothing is known after it).
+    ``overlaps_merged`` counts input intervals that overlapped an earlier one of their node and
+    were merged into it (each idle node-second is counted once); :meth:`build` also says so
+    in ``source``, which the replay prints and stores with its results.
     """
 
     names: tuple[str, ...]
@@ -27,6 +30,7 @@ class IdleTimeline:
     t0: float
     t1: float
     source: str = ""
+    overlaps_merged: int = 0
 
     @classmethod
     def build(
@@ -40,7 +44,12 @@ class IdleTimeline:
         t1: float | None = None,
     ) -> IdleTimeline:
         """Clip to ``[t0, t1]`` (default: the intervals' own span), drop empty intervals and
-        merge touching ones of one node (a node idle on both sides of an instant never left)."""
+        merge touching ones of one node (a node idle on both sides of an instant never left).
+
+        Overlapping intervals of one node (a damaged or concatenated file) are merged too, also
+        when they chain (``[0, 200)``, ``[50, 100)``, ``[150, 300)`` is 300 s, not 350 s); they
+        are counted in ``overlaps_merged`` and named in ``source``.
+        """
         start = np.asarray(start, dtype=float)
         end = np.asarray(end, dtype=float)
         node = np.asarray(node, dtype=np.int64)
@@ -51,12 +60,18 @@ class IdleTimeline:
         node, start, end = node[keep], start[keep], end[keep]
         order = np.lexsort((start, node))
         node, start, end = node[order], start[order], end[order]
+        # the latest end so far on each node: an interval may reach past its next neighbour
+        reach = pd.Series(end).groupby(node).cummax().to_numpy()
+        same = node[1:] == node[:-1]
         joined = np.zeros(len(node), dtype=bool)
-        joined[1:] = (node[1:] == node[:-1]) & (start[1:] <= end[:-1])
+        joined[1:] = same & (start[1:] <= reach[:-1])
+        overlaps = int(np.count_nonzero(same & (start[1:] < reach[:-1])))
         if joined.any():
             end = np.maximum.reduceat(end, np.flatnonzero(~joined))
             node, start = node[~joined], start[~joined]
-        return cls(names, node, start, end, lo, hi, source)
+        if overlaps:
+            source += f" ({overlaps:,} overlapping idle intervals merged)"
+        return cls(names, node, start, end, lo, hi, source, overlaps)
 
     @property
     def nodes(self) -> int:
@@ -68,8 +83,9 @@ class IdleTimeline:
         return float((self.end - self.start).sum())
 
     def window(self, t0: float, t1: float) -> IdleTimeline:
-        """The part of the timeline inside ``[t0, t1]``."""
-        return IdleTimeline.build(self.names, self.node, self.start, self.end, self.source, t0, t1)
+        """The part of the timeline inside ``[t0, t1]`` (keeping ``overlaps_merged``)."""
+        cut = IdleTimeline.build(self.names, self.node, self.start, self.end, self.source, t0, t1)
+        return replace(cut, overlaps_merged=self.overlaps_merged)
 
     def first_nodes(self, count: int) -> IdleTimeline:
         """Only nodes ``0..count-1`` (FreeTrain's replayer evaluates node subsets this way)."""
@@ -82,6 +98,7 @@ class IdleTimeline:
             self.t0,
             self.t1,
             self.source,
+            self.overlaps_merged,
         )
 
 

@@ -436,7 +436,10 @@ def map_pbs_job_state(state: str, exit_status: Any = None, substate: Any = None)
 
 
 def _int_or_none(value: Any) -> int | None:
+    """A whole number, or None (``1.5`` is not 1: truncating it would misstate a job)."""
     if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, float) and not value.is_integer():  # also inf and NaN
         return None
     try:
         return int(value)
@@ -517,7 +520,8 @@ def _parse_job(job_id: str, attrs: Any) -> PBSJob:
         num_nodes = _int_or_none(resources["nodect"])
         if num_nodes is None:
             raise OutputParseError(
-                f"{where}: Resource_List.nodect", f"not a number: {resources['nodect']!r}"
+                f"{where}: Resource_List.nodect",
+                f"not a whole number: {resources['nodect']!r}",
             )
     elif resources.get("select") is not None:
         num_nodes = chunks_node_count(resources["select"], f"{where}: Resource_List.select")

@@ -32,6 +32,8 @@ WANTED = (
     "resource_list.ncpus",
     "resource_list.walltime",
 )
+# sizes that must be whole numbers: 1.5 or inf nodes would be truncated into a wrong job
+COUNT_KEYS = ("resource_list.nodect", "resource_list.ncpus")
 # exec_host -> (nodes, cores) with -1 where the string does not tell
 HostCounter = Callable[[str], tuple[int, int]]
 
@@ -51,6 +53,10 @@ def read_accounting(
     report = ReadReport()
     records = _records(path, read_lines(path), skip_bad, report)
     jobs = _join(records, report)
+    for key in COUNT_KEYS:
+        bad = _not_whole(jobs[key])
+        _reject(path, jobs, bad, key, "a whole count", skip_bad, report)
+        jobs.loc[bad, key] = pd.NA
 
     nodes_req = _requested_nodes(jobs)
     missing = nodes_req <= 0
@@ -84,7 +90,7 @@ def read_accounting(
     alloc = clamp_to_machine(alloc, machine_nodes, report, "nodes_clamped", lines_at)
 
     walltime, bad = map_unique(jobs["resource_list.walltime"].fillna(""), duration_seconds)
-    _reject(path, jobs, bad, "resource_list.walltime", skip_bad, report)
+    _reject(path, jobs, bad, "resource_list.walltime", "a duration", skip_bad, report)
     unknown = np.isnan(walltime)
     report.note("walltime_unknown", int(unknown.sum()), lines_of(lines_at, unknown))
 
@@ -140,7 +146,7 @@ def _records(path: Path, lines: list[str], skip_bad: bool, report: ReadReport) -
     frame["stamp"] = (stamps - pd.Timestamp(0)) / pd.Timedelta(seconds=1)
     for key in TIME_KEYS:
         values = pd.to_numeric(frame[key], errors="coerce")
-        wrong = values.isna() & frame[key].notna()
+        wrong = (values.isna() & frame[key].notna()) | np.isinf(values)
         for lineno, text in frame.loc[wrong, ["lineno", key]].itertuples(index=False):
             bad.append((lineno, lines[lineno - 1], f"{key}={text} is not a Unix time"))
         frame[key] = values
@@ -232,14 +238,28 @@ def _select_chunks(select: str) -> float:
     return float(total)
 
 
+def _not_whole(values: pd.Series) -> np.ndarray:
+    """Which present values are not a whole, finite, non-negative number."""
+    numbers = pd.to_numeric(values, errors="coerce").astype("float64")
+    whole = np.isfinite(numbers) & (numbers == np.floor(numbers)) & (numbers >= 0)
+    return (values.notna() & ~whole).to_numpy(dtype=bool)
+
+
 def _reject(
-    path: Path, jobs: pd.DataFrame, bad: np.ndarray, key: str, skip_bad: bool, report: ReadReport
+    path: Path,
+    jobs: pd.DataFrame,
+    bad: np.ndarray,
+    key: str,
+    what: str,
+    skip_bad: bool,
+    report: ReadReport,
 ) -> None:
-    """Bad attribute values: an error naming the job's first line, or counted when skipping."""
+    """Bad attribute values (``what`` they should be): an error naming the job's first line,
+    or, when skipping, counted under ``bad_<key>`` and the value treated as unknown."""
     if not bad.any():
         return
     rows = jobs.loc[bad]
     if not skip_bad:
         lineno, value = rows[["lineno", key]].iloc[0]
-        raise TraceFormatError(path, int(lineno), f"{key}={value} is not a duration")
+        raise TraceFormatError(path, int(lineno), f"{key}={value} is not {what}")
     report.note(f"bad_{key}", int(bad.sum()), lines_of(jobs["lineno"], bad))

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from parsl_malleable.errors import TraceFormatError
-from parsl_malleable.traces._io import is_gzip
+from parsl_malleable.traces._io import check_text_file, is_gzip
 from parsl_malleable.traces.schema import IDLE_COLUMNS
 
 
@@ -18,12 +18,11 @@ def read_idle_intervals(path: str | Path) -> pd.DataFrame:
 
     The header must name ``node``, ``idle_start`` and ``idle_end`` (other columns are dropped).
     Times stay as in the file (Unix seconds for stand-alone files). A non-numeric time, a missing
-    value, or an interval that ends before it starts raises :class:`TraceFormatError` with the
-    file line.
+    value, a time that is not finite, or an interval that ends before it starts raises
+    :class:`TraceFormatError` with the file line; so does a NUL byte (a binary or sparse file).
     """
     path = Path(path)
-    if not path.is_file():
-        raise TraceFormatError(path, None, "no such file")
+    check_text_file(path)  # a binary or sparse file would be loaded whole by the parser
     try:
         frame = _read(path, {"node": "string", "idle_start": "float64", "idle_end": "float64"})
     except ValueError:  # a bad number somewhere: read as text to name its line
@@ -43,6 +42,12 @@ def read_idle_intervals(path: str | Path) -> pd.DataFrame:
             why = f"{col} is missing" if pd.isna(value) else f"{col} {value!r} is not a number"
             raise TraceFormatError(path, row + 2, why)
         frame[col] = numbers.astype("float64")
+    for col in ("idle_start", "idle_end"):
+        infinite = ~np.isfinite(frame[col].to_numpy())
+        if infinite.any():
+            row = int(np.flatnonzero(infinite)[0])
+            why = f"{col} {frame[col].iloc[row]} is not a finite time"
+            raise TraceFormatError(path, row + 2, why)
     no_node = frame["node"].isna()
     if no_node.any():
         raise TraceFormatError(path, int(np.flatnonzero(no_node.to_numpy())[0]) + 2, "no node")

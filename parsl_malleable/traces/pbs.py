@@ -11,6 +11,7 @@ with Q (queued) and S (started) records before the E (ended) one.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from parsl_malleable.traces._accounting import read_accounting
@@ -24,7 +25,8 @@ def read_pbs_accounting(
 
     ``submit`` is ``ctime`` (else ``qtime``), ``nodes_req`` is ``Resource_List.nodect`` (else the
     chunk count of ``Resource_List.select``), ``nodes``/``cores`` are counted from ``exec_host``
-    (``n1/0*36+n2/0*36`` is 2 nodes, 72 cores), ``cores_req`` is ``Resource_List.ncpus``. The
+    (``n1/0*36+n2/0*36``, and Torque's ``n3/0-35+n4/0-35``, are 2 nodes, 72 cores; see
+    :func:`count_pbs_hosts`), ``cores_req`` is ``Resource_List.ncpus``. The
     machine has ``nodes`` nodes, or as many as the largest job when not given (counted in the
     report as ``machine_size_inferred``). Times are rebased to the first submit.
     """
@@ -34,18 +36,33 @@ def read_pbs_accounting(
 
 
 def count_pbs_hosts(exec_host: str) -> tuple[int, int]:
-    """Distinct hosts and total cores in ``host/index*ncpus+host/index*ncpus...``.
+    """Distinct hosts and total cores of a PBS Pro or Torque ``exec_host``.
 
-    A chunk without ``/`` is not a PBS host list (a Cobalt ``3800-3927`` read as PBS would
-    count as one node): (-1, -1), so the reader falls back to the request and counts it.
+    PBS Pro writes ``host/index*ncpus`` chunks (``n1/0*36+n2/0*36``: 2 hosts, 72 cores; a
+    chunk without ``*`` has one core). Torque lists the cores of each host, one by one
+    (``n3/0+n3/1``) or as ranges and lists (``n3/0-35+n4/0-35``, ``n5/0,2,4-7``). Anything
+    else (a Cobalt ``3800-3927`` read as PBS, a range with a ``*``) gives (-1, -1), so the
+    reader falls back to the request and counts it rather than guessing a size.
     """
     hosts: set[str] = set()
     cores = 0
     for chunk in exec_host.split("+"):
         host, _, slot = chunk.strip().partition("/")
-        if not host or not slot:
+        found = _SLOT.fullmatch(slot)
+        if not host or not found:
             return -1, -1
         hosts.add(host)
-        _, star, count = slot.partition("*")
-        cores += int(count) if star and count.isdigit() else 1
+        _, ncpus, cpus = found.groups()
+        if ncpus is not None:
+            cores += int(ncpus)  # PBS Pro: index*ncpus, the index numbers the chunk
+            continue
+        for part in cpus.split(","):
+            first, _, last = part.partition("-")
+            if last and int(last) < int(first):
+                return -1, -1
+            cores += int(last) - int(first) + 1 if last else 1
     return len(hosts), cores
+
+
+# PBS Pro ``index*ncpus``, or Torque ``cpu[-cpu][,cpu[-cpu]...]``
+_SLOT = re.compile(r"(\d+)\*(\d+)|(\d+(?:-\d+)?(?:,\d+(?:-\d+)?)*)")

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from parsl_malleable.errors import TraceFormatError
-from parsl_malleable.traces._io import open_text
+from parsl_malleable.traces._io import head_lines
 from parsl_malleable.traces.cobalt import read_cobalt
 from parsl_malleable.traces.pbs import read_pbs_accounting
 from parsl_malleable.traces.schema import JobTrace
@@ -95,7 +95,7 @@ def guess_format(path: str | Path) -> FormatGuess:
     suffixes = [s.lower() for s in path.suffixes]
     if suffixes[-1:] == [".swf"] or suffixes[-2:] == [".swf", ".gz"]:
         return FormatGuess("swf", f"the name ends in {''.join(suffixes[-2:])}")
-    head = _head(path, SNIFF_LINES)
+    head = head_lines(path, SNIFF_LINES)
     records = [line for line in head if line.strip() and not line.startswith("#")]
     if not records:
         raise TraceFormatError(path, None, "empty file: cannot tell its trace format")
@@ -116,7 +116,7 @@ def guess_format(path: str | Path) -> FormatGuess:
 def _cobalt_or_pbs(path: Path) -> FormatGuess:
     """Cobalt or PBS from the first line that shows which, refusing when none or both do."""
     cobalt = pbs = None
-    for lineno, line in enumerate(_head(path, SCAN_LINES), 1):
+    for lineno, line in enumerate(head_lines(path, SCAN_LINES), 1):
         if cobalt is None and (
             any(word in line for word in _COBALT_WORDS) or _COBALT_HOSTS.search(line)
         ):
@@ -145,16 +145,6 @@ def _evidence(line: str, cobalt: bool) -> str:
     if found:
         return f"exec_host={found.group(1)[:40]}"
     return next(word.strip() for word in words if word in line) + "..."
-
-
-def _head(path: Path, count: int) -> list[str]:
-    if not path.is_file():
-        raise TraceFormatError(path, None, "no such file")
-    try:
-        with open_text(path) as fh:
-            return [line for _, line in zip(range(count), fh, strict=False)]
-    except (OSError, EOFError) as exc:  # gzip magic on a file that is not gzip, or cut short
-        raise TraceFormatError(path, None, f"cannot read: {exc}") from None
 
 
 def _is_swf_record(line: str) -> bool:

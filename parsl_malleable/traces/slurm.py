@@ -42,6 +42,11 @@ def read_sacct(path: str | Path, *, nodes: int | None = None, skip_bad: bool = F
     if header_at is None:
         raise TraceFormatError(path, None, "empty file: expected a sacct --parsable2 header")
     names = [n.strip() for n in lines[header_at].rstrip("|").split("|")]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise TraceFormatError(
+            path, header_at + 1, f"header names columns {twice} more than once: {names}"
+        )
     missing = [c for c in REQUIRED if c not in names]
     if missing:
         raise TraceFormatError(path, header_at + 1, f"header lacks columns {missing}: {names}")
@@ -167,6 +172,10 @@ def _convert(
         numbers = pd.to_numeric(text.where(~unknown), errors="coerce")
         wrong = numbers.isna() & ~unknown
         problems += [(n, f"{col} {t!r} is not a count") for n, t in _at(frame, wrong, col)]
+        # 1.5 or inf nodes cannot be allocated: truncating them would change the job silently
+        whole = np.isfinite(numbers) & (numbers == np.floor(numbers)) & (numbers < 2**53)
+        partial = numbers.notna() & ~whole
+        problems += [(n, f"{col} {t!r} is not a whole count") for n, t in _at(frame, partial, col)]
         frame[col] = numbers
     if "Timelimit" in frame:
         seconds, wrong = map_unique(frame["Timelimit"], _limit_seconds)

@@ -23,6 +23,8 @@ from parsl_malleable.traces._io import MAX_EXAMPLES, example, read_lines
 from parsl_malleable.traces.schema import JobTrace, MachineInfo, ReadReport
 
 SWF_FIELDS = 18
+# larger magnitudes lose integer precision as floats (and overflow int64 ids): not a real value
+MAX_MAGNITUDE = float(2**53)
 # 0-based columns of the SWF fields this reader uses
 JOB, SUBMIT, WAIT, RUN, PROCS, REQ_PROCS, REQ_TIME, USER, QUEUE = 0, 1, 2, 3, 4, 7, 8, 11, 14
 
@@ -195,7 +197,7 @@ def _parse_records(
     good = [tokens[i] for i in np.flatnonzero(keep)]
     values = _to_floats(good)
     numeric_bad = np.zeros(len(records), dtype=bool)
-    numeric_bad[np.flatnonzero(keep)] = np.isnan(values).any(axis=1)
+    numeric_bad[np.flatnonzero(keep)] = ~_usable(values).all(axis=1)
 
     bad = ~keep | numeric_bad
     if bad.any():
@@ -243,9 +245,14 @@ def _all_plain_records(records: list[str]) -> np.ndarray | None:
     except (ValueError, pd.errors.ParserError):
         return None
     values = frame.to_numpy()
-    if values.shape != (len(records), SWF_FIELDS) or np.isnan(values).any():
+    if values.shape != (len(records), SWF_FIELDS) or not _usable(values).all():
         return None
     return values
+
+
+def _usable(values: np.ndarray) -> np.ndarray:
+    """Which numbers are finite and small enough to be a time, size or id (``inf`` is not)."""
+    return np.abs(values) <= MAX_MAGNITUDE  # False for NaN and infinities too
 
 
 def _to_floats(rows: list[list[str]]) -> np.ndarray:
@@ -270,10 +277,13 @@ def _what_is_wrong(fields: list[str]) -> str:
         return f"expected {SWF_FIELDS} fields, found {len(fields)}"
     for number, text in enumerate(fields, 1):
         try:
-            if math.isnan(float(text)):
-                raise ValueError
+            value = float(text)
         except ValueError:
             return f"field {number} is not a number: {text!r}"
+        if math.isnan(value):
+            return f"field {number} is not a number: {text!r}"
+        if not abs(value) <= MAX_MAGNITUDE:
+            return f"field {number} is not a finite number in range: {text!r}"
     return "unparseable line"  # pragma: no cover - both checks above cover every bad record
 
 
@@ -300,7 +310,7 @@ def _header_int(path: Path, header: dict[str, tuple[str, int]], key: str) -> int
     text, lineno = header[key]
     try:
         value = int(float(text.split()[0]))
-    except (ValueError, IndexError):
+    except (ValueError, IndexError, OverflowError):  # OverflowError: inf
         raise TraceFormatError(path, lineno, f"header {key} is not a number: {text!r}") from None
     return value if value > 0 else None
 
@@ -352,6 +362,8 @@ def _machine(
     epoch = header.get("UnixStartTime", ("0", 0))
     try:
         start_epoch = float(epoch[0].split()[0])
+        if not math.isfinite(start_epoch):
+            raise ValueError
     except (ValueError, IndexError):
         raise TraceFormatError(
             path, epoch[1], f"UnixStartTime is not a number: {epoch[0]!r}"

@@ -32,6 +32,20 @@ def test_idle_intervals_merge_touching_rows_and_clip(tmp_path):
     assert tl.first_nodes(1).idle_node_seconds() == 40.0
 
 
+def test_chained_overlapping_idle_intervals_count_each_second_once_and_say_so(tmp_path):
+    # [0, 200) holds [50, 100); [150, 300) overlaps the first: node a idles 300 s, not 350 s
+    rows = "node,idle_start,idle_end\na,0,200\na,50,100\na,150,300\nb,0,10\nb,10,20\n"
+    path = tmp_path / "idle.csv"
+    path.write_text(rows)
+    tl = load_idle_intervals(path)
+    assert tl.idle_node_seconds() == 300.0 + 20.0
+    assert tl.overlaps_merged == 2  # b's touching rows are one idle stretch, not a repair
+    assert tl.source == "idle.csv (2 overlapping idle intervals merged)"
+    assert tl.window(0.0, 250.0).idle_node_seconds() == 250.0 + 20.0
+    assert tl.window(0.0, 250.0).overlaps_merged == 2
+    assert tl.first_nodes(1).overlaps_merged == 2
+
+
 @pytest.mark.parametrize(
     ("text", "says"),
     [

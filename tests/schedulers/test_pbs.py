@@ -174,6 +174,19 @@ def test_missing_node_count_is_named() -> None:
         parse_qstat(json.dumps(data))
 
 
+@pytest.mark.parametrize("nodect", [1.5, float("inf"), "1.5", "two"])
+def test_node_count_that_is_not_whole_is_named(nodect: object) -> None:
+    data = json.loads(doc("qstat.json"))
+    data["Jobs"]["103.pbs-head"]["Resource_List"]["nodect"] = nodect
+    with pytest.raises(OutputParseError, match=r"103.pbs-head: Resource_List.nodect.*not a whole"):
+        parse_qstat(json.dumps(data))
+
+
+def test_torque_exec_host_ranges_name_each_node_once() -> None:
+    assert vnodes_of("n3/0-35+n4/0-35") == ("n3", "n4")
+    assert vnodes_of("n3/0+n3/1+n4/0,2-5") == ("n3", "n4")
+
+
 def test_missing_node_state_is_named() -> None:
     data = json.loads(doc("pbsnodes.json"))
     del data["nodes"]["node04"]["state"]
