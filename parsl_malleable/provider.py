@@ -432,6 +432,8 @@ class BackfillProvider(Launching, YieldStep, ExecutionProvider, RepresentationMi
                 with self._lock:
                     active = [r for r in self._jobs.values() if r.active]
                 found = match_blocks(active, snap, self._tag)
+                with self._lock:
+                    self._apply_names(found)  # a cancel sent to a wrong id goes out again
                 self._cancel_strays(found.strays, PollReport(started=self.clock()))
         while True:
             self._send_due_cancels()
@@ -443,7 +445,7 @@ class BackfillProvider(Launching, YieldStep, ExecutionProvider, RepresentationMi
             left = [
                 r.job_id
                 for r in self._jobs.values()
-                if r.active and (r.cancel_at is not None or r.cancel_given_up)
+                if r.active and (r.cancel_at is not None or r.cancel_given_up or not r.checked)
             ]
         if left:
             logger.error(

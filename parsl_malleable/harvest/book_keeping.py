@@ -16,9 +16,9 @@ from parsl_malleable.errors import MalleableError
 from parsl_malleable.harvest.cancelling import Cancelling
 from parsl_malleable.harvest.ledger import JobRecord, Phase, PollReport
 from parsl_malleable.harvest.provider_state import logger
-from parsl_malleable.harvest.reconcile import CONFIRM_POLLS, match_blocks
+from parsl_malleable.harvest.reconcile import CONFIRM_POLLS, Matches, match_blocks
 from parsl_malleable.harvest.states import CancelReason, end_state, is_failure
-from parsl_malleable.schedulers.records import JobState
+from parsl_malleable.schedulers.records import JobState, JobStatus
 from parsl_malleable.snapshot import Snapshot
 
 
@@ -28,8 +28,7 @@ class BookKeeping(Cancelling):
     def _reconcile(self, snap: Snapshot, report: PollReport) -> None:
         with self._lock:
             found = match_blocks([r for r in self._jobs.values() if r.active], snap, self._tag)
-            for old, new in found.renamed:
-                self._correct_id(old, new)
+            self._apply_names(found)
             for job_id, job in found.running.items():
                 rec = self._jobs[_renamed(job_id, found.renamed)]
                 rec.missing_polls = 0
@@ -41,6 +40,22 @@ class BookKeeping(Cancelling):
             self._cancel_strays(found.strays, report)
         if missing:
             self._settle_missing(missing, report)
+
+    def _apply_names(self, found: Matches) -> None:
+        """Correct the ids the snapshot shows under other ones, and mark the ids it confirms
+        by name as checked, sending the cancels held for them. Called with the lock held."""
+        for old, new in found.renamed:
+            self._correct_id(old, new)
+        for job_id in found.named:
+            rec = self._jobs[_renamed(job_id, found.renamed)]
+            if not rec.checked:
+                rec.checked = True
+                self._resend_cancel(rec)
+
+    def _resend_cancel(self, rec: JobRecord) -> None:
+        """A cancel went to a wrong id or was held for an unchecked one: send it (again)."""
+        if rec.cancel_sent_at is not None and rec.cancel_at is None and not rec.cancel_given_up:
+            rec.cancel_at = self.clock()
 
     def _correct_id(self, old: str, new: str) -> None:
         """The scheduler shows the block recorded as ``old`` as job ``new`` (its submit
@@ -59,6 +74,8 @@ class BookKeeping(Cancelling):
             old,
             new,
         )
+        rec.checked = True  # the id now comes from the scheduler, under the block's name
+        self._resend_cancel(rec)
 
     def _cancel_strays(self, job_ids: list[str], report: PollReport) -> None:
         """Take jobs of ours that no record holds into the book, and cancel them."""
@@ -97,15 +114,20 @@ class BookKeeping(Cancelling):
         """Records the snapshot did not list: ended when the scheduler says so, kept while a
         second query says they live, dropped (and cancelled, in case) only when neither query
         knows them for :data:`CONFIRM_POLLS` polls in a row."""
-        statuses = self.scheduler.status([r.job_id for r in missing])
+        checked = [r.job_id for r in missing if r.checked]
+        statuses = self.scheduler.status(checked) if checked else {}
+        # An unchecked id may be another job's: what the scheduler says of it is not the block.
+        statuses.update(
+            {r.job_id: JobStatus(r.job_id, JobState.UNKNOWN) for r in missing if not r.checked}
+        )
         unknown = [
             r
             for r in missing
             if r.job_id in statuses and statuses[r.job_id].state is JobState.UNKNOWN
         ]
-        if unknown:
+        if any(r.checked for r in unknown):
             # Asked another way (Slurm: scontrol): an empty squeue must not end a live block.
-            statuses.update(self.scheduler.confirm_gone([r.job_id for r in unknown]))
+            statuses.update(self.scheduler.confirm_gone([r.job_id for r in unknown if r.checked]))
         dropped: list[JobRecord] = []
         with self._lock:
             for rec in unknown:
@@ -127,10 +149,12 @@ class BookKeeping(Cancelling):
                     dropped.append(rec)
         if dropped:
             self.faults["missing_dropped"] += len(dropped)
+            ids = [r.job_id for r in dropped if r.checked]  # never an id that may be another's
             try:  # it may live on where no query sees it; cancelling a gone job is harmless
-                self.scheduler.cancel([r.job_id for r in dropped])
+                if ids:
+                    self.scheduler.cancel(ids)
             except MalleableError as exc:
-                logger.warning("cancel of vanished blocks %s: %s", [r.job_id for r in dropped], exc)
+                logger.warning("cancel of vanished blocks %s: %s", ids, exc)
         ended = [
             r
             for r in missing

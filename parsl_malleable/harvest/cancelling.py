@@ -39,6 +39,14 @@ class Cancelling(ProviderState):
                 rec.cancel_at = None
                 rec.cancel_poll = self.polls
                 rec.cancel_sent_at = now
+            # An unchecked id may be another job's: its cancel waits until a snapshot shows
+            # the block's name (book_keeping's _apply_names sends it then, to the right id).
+            held = [r.job_id for r in records if not r.checked]
+            records = [r for r in records if r.checked]
+        if held:
+            logger.warning("cancel of %s waits until a snapshot confirms the id", ", ".join(held))
+        if not records:
+            return True
         try:
             self.scheduler.cancel([r.job_id for r in records])
         except MalleableError as exc:

@@ -168,6 +168,7 @@ class Launching(BookKeeping):
             window_end=now + window_s,
             submitted_at=now,
             name=name,
+            checked=not outcome.unchecked,
         )
         with self._lock:
             self._jobs[job_id] = rec

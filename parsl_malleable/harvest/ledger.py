@@ -51,6 +51,9 @@ class JobRecord:
     message: str = ""
     ended_at: float | None = None
     name: str = ""  # the job's name: unique, so a lost or wrong id can be found again
+    # False while ``job_id`` is a printed id no lookup by ``name`` has confirmed: it may be
+    # another job's, so nothing is sent to it (see harvest/submission.py).
+    checked: bool = True
     missing_polls: int = 0  # consecutive snapshots that did not list it
     cancel_attempts: int = 0  # failed cancels so far (they back off, then give up)
     cancel_given_up: bool = False

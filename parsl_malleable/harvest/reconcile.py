@@ -34,7 +34,8 @@ class Matches:
     ``running``: recorded id -> the job as the snapshot shows it; ``pending``: recorded ids
     still queued; ``renamed``: (recorded id, the id the scheduler shows under the record's
     name); ``missing``: recorded ids found in neither; ``strays``: ids of jobs named with the
-    provider's tag that no active record holds.
+    provider's tag that no active record holds; ``named``: recorded ids whose job the snapshot
+    shows under the record's name (the id is confirmed).
     """
 
     running: dict[str, RunningJob] = field(default_factory=dict)
@@ -42,6 +43,7 @@ class Matches:
     renamed: list[tuple[str, str]] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
     strays: list[str] = field(default_factory=list)
+    named: set[str] = field(default_factory=set)
 
 
 def cancel_retry_in(failures: int) -> float | None:
@@ -63,10 +65,15 @@ def match_blocks(active: Sequence[JobRecord], snap: Snapshot, tag: str) -> Match
     pending = {j.job_id for j in snap.pending if j.ours}
     tagged = {j.name: j.job_id for j in snap.running if is_tagged(j.name, tag)}
     tagged.update({j.name: j.job_id for j in snap.pending if is_tagged(j.name, tag)})
+    names = {j.job_id: j.name for j in snap.running}
+    names.update({j.job_id: j.name for j in snap.pending})
     held: set[str] = set()
     for rec in active:
         job_id = rec.job_id
-        if job_id not in running and job_id not in pending:
+        listed = job_id in running or job_id in pending
+        if listed and rec.name and names[job_id] not in (rec.name, ""):
+            listed = False  # the id is another job's: the submit printed a wrong one
+        if not listed:
             shown = tagged.get(rec.name) if rec.name else None
             if shown is None or shown == job_id:
                 out.missing.append(job_id)
@@ -74,6 +81,8 @@ def match_blocks(active: Sequence[JobRecord], snap: Snapshot, tag: str) -> Match
             out.renamed.append((job_id, shown))
             job_id = shown
         held.add(job_id)
+        if rec.name and names[job_id] == rec.name:
+            out.named.add(rec.job_id)
         if job_id in running:
             out.running[rec.job_id] = running[job_id]
         else:

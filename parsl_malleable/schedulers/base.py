@@ -65,6 +65,10 @@ class BlockScheduler(ABC):
     #: Whether the scheduler itself signals a block's batch shell before its walltime
     #: (Slurm's ``--signal=B:USR1@margin``); when not (PBS), the block watches its own clock.
     signals_before_walltime: ClassVar[bool] = True
+    #: Whether :meth:`submit` reads the job id from a command's output, which can be cut off,
+    #: garbled or another job's: the provider then checks every id against the block's unique
+    #: name (:meth:`jobs_named`) before it tracks it. An in-process site returns its own ids.
+    submit_ids_printed: ClassVar[bool] = False
 
     @classmethod
     @abstractmethod

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import pwd
 import re
 import time
 from abc import abstractmethod
@@ -59,6 +60,7 @@ class CommandScheduler(BlockScheduler):
     JOB_ID: ClassVar[re.Pattern[str]] = re.compile(r"\d+")
     #: The directive prefix of a batch script (``#SBATCH``, ``#PBS``).
     DIRECTIVE: ClassVar[str] = "#"
+    submit_ids_printed = True
 
     def __init__(
         self,
@@ -390,10 +392,16 @@ class CommandScheduler(BlockScheduler):
             raise SchedulerCommandError(argv, describe_failure(result.returncode, result.stderr))
 
 
+def current_user() -> str:
+    """The login name of this process's user (from its uid, not from ``$USER``), whose jobs
+    a lookup by name is limited to."""
+    return pwd.getpwuid(os.getuid()).pw_name
+
+
 def _every_line_says(stderr: str, words: tuple[str, ...]) -> bool:
     """True when stderr has lines and each contains one of ``words``."""
     lines = [ln.lower() for ln in stderr.splitlines() if ln.strip()]
     return bool(lines) and all(any(w in ln for w in words) for ln in lines)
 
 
-__all__ = ["OPTIONS_MARK", "SHELL_ONLY", "CommandScheduler", "Parser"]
+__all__ = ["OPTIONS_MARK", "SHELL_ONLY", "CommandScheduler", "Parser", "current_user"]

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any, ClassVar
 
 from parsl_malleable.schedulers.base import Script, SiteDestination
-from parsl_malleable.schedulers.command_scheduler import CommandScheduler
+from parsl_malleable.schedulers.command_scheduler import CommandScheduler, current_user
 from parsl_malleable.schedulers.pbs_parse import (
     PBSJob,
     PBSQueue,
@@ -400,8 +400,9 @@ class PBSScheduler(CommandScheduler):
         return job_id.split(".", 1)[0]
 
     def named_argv(self, name: str) -> list[str]:
-        # qselect lists the jobs not yet finished by default, one id per line.
-        return ["qselect", "-N", name]
+        # qselect lists the jobs not yet finished by default, one id per line; -u: a job
+        # another user gave this name is not ours to adopt (or to cancel).
+        return ["qselect", "-N", name, "-u", current_user()]
 
     def cancel_argv(self, job_ids: list[str]) -> list[str]:
         return ["qdel", *job_ids]

@@ -17,7 +17,7 @@ from typing import Any
 
 from parsl_malleable.errors import SchedulerCommandError, StartRefused
 from parsl_malleable.schedulers.base import OURS_PREFIX, SiteDestination
-from parsl_malleable.schedulers.command_scheduler import CommandScheduler
+from parsl_malleable.schedulers.command_scheduler import CommandScheduler, current_user
 from parsl_malleable.schedulers.commands import describe_failure
 from parsl_malleable.schedulers.records import (
     JobState,
@@ -399,8 +399,9 @@ class SlurmScheduler(CommandScheduler):
         ]
 
     def named_argv(self, name: str) -> list[str]:
-        return ["squeue", "--noheader", "--all", f"--name={name}", f"--states={ACTIVE_STATES}",
-                "--format=%i"]  # fmt: skip
+        # --user: a job another user gave this name is not ours to adopt (or to cancel).
+        return ["squeue", "--noheader", "--all", f"--user={current_user()}", f"--name={name}",
+                f"--states={ACTIVE_STATES}", "--format=%i"]  # fmt: skip
 
     def confirm_gone(self, job_ids: Sequence[str]) -> dict[str, JobStatus]:
         """Each job's state from ``scontrol show job``, which asks slurmctld itself rather

@@ -145,3 +145,22 @@ def test_records_match_by_id_then_by_name_and_the_rest_are_strays() -> None:
     assert found.strays == ["103"] and found.missing == []
     gone = match_blocks([_record("104", f"{tag}-3-3")], snap, tag)
     assert gone.missing == ["104"]
+    assert found.named == {"10", "102"}
+
+
+def test_an_id_the_snapshot_shows_under_another_name_is_not_the_block() -> None:
+    # A submit printed "7", which is another driver's block (ours by prefix, not by name):
+    # the record follows its own name to 101, and 7 is neither matched nor a stray.
+    tag = "pm-block-x-abcd1234"
+    other = RunningJob("7", ("n3",), 0.0, 60.0, ours=True, name="pm-block-x-99999999-0-0")
+    snap = Snapshot(
+        now=0.0,
+        nodes=[],
+        running=[RunningJob("101", ("n1",), 0.0, 60.0, ours=True, name=f"{tag}-0-0"), other],
+    )
+    found = match_blocks([_record("7", f"{tag}-0-0")], snap, tag)
+    assert found.renamed == [("7", "101")] and found.running["7"].job_id == "101"
+    assert found.strays == [] and found.named == {"7"}
+    # Its name nowhere: missing (asked again), never matched to job 7.
+    lost = match_blocks([_record("7", f"{tag}-5-5")], snap, tag)
+    assert lost.missing == ["7"] and lost.running == {} and lost.named == set()

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shlex
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -41,6 +43,7 @@ def test_blocks_go_to_the_pbs_queue_with_a_self_signal(
     env = fake_bin("pbsnodes", f'echo "pbsnodes $*" >> {log}; cat {path}')
     env = fake_bin("qstat", _qstat(log, PBS_DATA / "qstat.json"))
     env = fake_bin("qsub", f'echo "qsub $*" >> {log}; echo 777.pbs-head')
+    env = fake_bin("qselect", "echo 777.pbs-head")  # the provider checks the id by name
     profile = load_profile("example-pbs").with_overrides(reservations=False, min_block_s=300)
     scheduler = PBSScheduler(
         queue=profile.queue,
@@ -112,6 +115,7 @@ def test_no_block_goes_to_a_vnode_bound_to_another_queue(
     (tmp_path / "jobs.json").write_text('{"Jobs": {}}')
     fake_bin("pbsnodes", f'echo "pbsnodes $*" >> {log}; cat {tmp_path / "nodes.json"}')
     fake_bin("qsub", f'echo "qsub $*" >> {log}; echo 28.pbshost')
+    fake_bin("qselect", "echo 28.pbshost")
     env = fake_bin("qstat", _qstat(log, tmp_path / "jobs.json", tmp_path / "queues.json"))
     profile = load_profile("example-pbs").with_overrides(
         queue="workq", reservations=False, min_block_s=300, start_timeout_s=1
@@ -194,3 +198,61 @@ def test_a_pbs_yield_warns_the_block_script_and_its_qdel_ends_it_cancelled(
     assert (job["job_state"], job["substate"], job["Exit_status"]) == ("F", 91, 271)
     scheduler = provider.scheduler
     assert scheduler.status([block.job_id])[block.job_id].state is JobState.CANCELLED
+
+
+# What a qsub may print after it queued the job: a cut-off id ("1" for "101.fakepbs"),
+# another job's id, garbage, nothing. Only "cut" is computed from the real reply.
+QSUB_REPLIES = {"cut": "id-cut", "another's": "native", "garbage": "Job queued", "nothing": ""}
+
+
+@pytest.mark.parametrize("reply", list(QSUB_REPLIES))
+def test_whatever_qsub_prints_the_server_holds_exactly_the_tracked_blocks(
+    tmp_path: Path, reply: str
+) -> None:
+    pbs = FakePBS(tmp_path / "pbs", {f"n{i}": {"state": "free"} for i in range(1, 4)})
+    bin_dir = tmp_path / "pbs" / "bin"
+    (bin_dir / "qsub").rename(bin_dir / "qsub-real")
+    native_script = tmp_path / "native.sh"
+    native_script.write_text("#!/bin/sh\nexec sleep 600\n")
+    native_script.chmod(0o755)
+    native = subprocess.run(
+        [bin_dir / "qsub-real", "-N", "native", "-o", os.devnull, native_script],
+        env={**os.environ, **pbs.env}, capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    said = {"id-cut": '"${id%??????????}"', "native": native}.get(
+        QSUB_REPLIES[reply], shlex.quote(QSUB_REPLIES[reply])
+    )
+    # The real (stand-in) qsub queues the job; this one then prints the reply under test.
+    (bin_dir / "qsub").write_text(
+        f'#!/bin/sh\nid=$({bin_dir / "qsub-real"} "$@") || exit 1\necho {said}\n'
+    )
+    (bin_dir / "qsub").chmod(0o755)
+    profile = load_profile("example-pbs").with_overrides(
+        queue="workq", reservations=False, min_block_s=60, max_nodes_per_block=1
+    )
+    provider = BackfillProvider(
+        profile, env=pbs.env, slots=2, autostart=False, script_dir=str(tmp_path / "blocks")
+    )
+
+    def ours() -> set[str]:
+        """Our blocks the server holds, as its qselect lists them (not yet finished)."""
+        jobs = pbs.jobs()
+        return {i for i, j in jobs.items() if j["job_state"] not in ("F", "X") and i != native}
+
+    try:
+        for i in range(2):
+            provider.submit("exec sleep 600", 1, f"parsl.htex.block-{i}")
+        report = provider.poll_once()
+        assert report.error == "" and len(report.submitted) == 2, report
+        tracked = {b.job_id for b in provider.blocks()}
+        assert tracked == set(report.submitted) == ours() and native not in tracked
+        faults = provider.stats()["faults"]
+        id_like = reply in ("cut", "another's")
+        assert faults == ({"id_repaired": 2} if id_like else {"submit_adopted": 2}), faults
+        provider.close()
+        assert wait_for(lambda: not ours(), 30), pbs.jobs()
+        assert f"qdel {native}" not in pbs.calls()
+        assert pbs.job(native)["job_state"] == "R"  # another's job: never touched
+    finally:
+        provider.close()
+        pbs.kill_everything()

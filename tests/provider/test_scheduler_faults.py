@@ -21,7 +21,7 @@ import pytest
 from parsl_malleable.harvest.ledger import Phase
 from parsl_malleable.provider import BackfillProvider
 
-from .conftest import Natives, run_slurm, wait_for
+from .conftest import Natives, job_states, run_slurm, wait_for
 
 pytestmark = pytest.mark.slurm
 
@@ -37,6 +37,7 @@ case "$mode" in
   hang) "$real" "$@" >/dev/null; exec sleep 60;;
   no-id) "$real" "$@" >/dev/null; echo "Submitted"; exit 0;;
   cut-id) id=$("$real" "$@") || exit 1; echo "${id%?}"; exit 0;;
+  say) "$real" "$@" >/dev/null || exit 1; cat "$reply"; exit 0;;
   refuse) echo "sbatch: error: Batch job submission failed: Invalid user for SlurmUser slurm" >&2
       exit 1;;
 esac""",
@@ -70,7 +71,7 @@ class Faults:
             script = self.bin / name
             script.write_text(
                 "#!/bin/sh\n"
-                f"real={real}\n"
+                f"real={real}\nreply={tmp_path / f'{name}.reply'}\n"
                 f'mode=$(cat {mode})\necho "{name} $*" >> {self.calls}\n{body}\nexec "$real" "$@"\n'
             )
             script.chmod(0o755)
@@ -81,6 +82,11 @@ class Faults:
 
     def set(self, command: str, mode: str) -> None:
         (self.bin.parent / f"{command}.mode").write_text(mode)
+
+    def say(self, command: str, reply: str) -> None:
+        """Run the real command, then print ``reply`` instead of its own reply."""
+        (self.bin.parent / f"{command}.reply").write_text(reply)
+        self.set(command, "say")
 
     def count(self, command: str) -> int:
         return sum(line.startswith(command + " ") for line in self.calls.read_text().splitlines())
@@ -126,26 +132,76 @@ def test_a_submit_that_fails_after_creating_the_job_adopts_it(
     assert on_cluster(natives, provider.tag) == tracked(provider)
 
 
-def test_cut_off_ids_are_corrected_by_name_within_a_poll(
+# What sbatch may print after it queued the job: its id cut off ("1" for "101"), the id of a
+# job that is not ours, a small id that may be anyone's, garbage, nothing.
+SBATCH_REPLIES = ["cut-off", "a native's id", "1", "Submitted batch job", ""]
+
+
+@pytest.mark.parametrize("reply", SBATCH_REPLIES)
+def test_whatever_sbatch_prints_the_cluster_holds_exactly_the_tracked_blocks(
+    natives: Natives, providers: Make, faults: Faults, reply: str
+) -> None:
+    native = natives.submit("--nodes=1", "--time=10", "--job-name=native", "--wrap", "sleep 600")
+    assert wait_for(lambda: job_states(natives.cluster, [native])[native][0] == "RUNNING", 30)
+    provider = make(providers, natives, faults)
+    for i in range(2):
+        provider.submit("sleep 600", 1, f"parsl.htex.block-{i}")
+    if reply == "cut-off":
+        faults.set("sbatch", "cut-id")
+    else:
+        faults.say("sbatch", native if reply == "a native's id" else reply)
+    report = provider.poll_once()
+    faults.set("sbatch", "ok")
+    assert report.error == "" and len(report.submitted) == 2, report
+    # Checked by name at the submit: tracked right away, not a poll later.
+    assert tracked(provider) == on_cluster(natives, provider.tag) == set(report.submitted)
+    assert native not in tracked(provider)
+    id_like = reply not in ("Submitted batch job", "")
+    expected = {"id_repaired": 2} if id_like else {"submit_adopted": 2}
+    assert provider.stats()["faults"] == expected
+    provider.close()
+    assert not on_cluster(natives, provider.tag)
+    assert job_states(natives.cluster, [native])[native][0] == "RUNNING"  # never touched
+
+
+def test_a_wrong_id_whose_check_fails_is_never_cancelled_and_close_ends_the_block(
     natives: Natives, providers: Make, faults: Faults
 ) -> None:
+    native = natives.submit("--nodes=1", "--time=10", "--job-name=native", "--wrap", "sleep 600")
+    assert wait_for(lambda: job_states(natives.cluster, [native])[native][0] == "RUNNING", 30)
     provider = make(providers, natives, faults)
-    for i in range(3):
-        provider.submit("sleep 600", 1, f"parsl.htex.block-{i}")
+    provider.submit("sleep 600", 1, "parsl.htex.block-0")
+    faults.say("sbatch", native)
+    faults.set("squeue", "no-name")  # the check by name fails too
+    report = provider.poll_once()
+    faults.set("sbatch", "ok")
+    faults.set("squeue", "ok")
+    assert report.submitted == [native] and provider.stats()["faults"] == {"id_unchecked": 1}
+    assert len(on_cluster(natives, provider.tag)) == 1
+    provider.close()  # the last snapshot finds the block by name: cancelled under its own id
+    assert not on_cluster(natives, provider.tag)
+    assert provider.stats()["faults"]["id_corrected"] == 1
+    assert job_states(natives.cluster, [native])[native][0] == "RUNNING"
+    cancels = [c for c in faults.calls.read_text().splitlines() if c.startswith("scancel ")]
+    assert cancels and not any(native in c.split() for c in cancels), cancels
+
+
+def test_a_cut_off_id_found_by_the_snapshot_is_corrected_and_cancelled_at_close(
+    natives: Natives, providers: Make, faults: Faults
+) -> None:
+    # Without the check at submit (as for a scheduler whose ids are not printed), the last
+    # snapshot of close() finds the block by its name and cancels it under its real id.
+    provider = make(providers, natives, faults)
+    provider.scheduler.submit_ids_printed = False  # type: ignore[misc]
+    provider.submit("sleep 600", 1, "parsl.htex.block-0")
     faults.set("sbatch", "cut-id")
     provider.poll_once()
     faults.set("sbatch", "ok")
-    jobs = on_cluster(natives, provider.tag)
-    assert len(jobs) == 3
-    # Three consecutive ids cut to at most two distinct ones: a cut id another block holds is
-    # looked up by name at once, the others are corrected by name at the next poll.
-    adopted = provider.stats()["faults"]["submit_adopted"]
-    assert adopted >= 1
-    assert tracked(provider) != jobs
-    provider.poll_once()
-    assert tracked(provider) == on_cluster(natives, provider.tag) == jobs
-    assert adopted + provider.stats()["faults"].get("id_corrected", 0) == 3
-    assert len({b.slot_id for b in provider.blocks()}) == 3
+    (job,) = on_cluster(natives, provider.tag)
+    assert tracked(provider) != {job}
+    provider.close()
+    assert not on_cluster(natives, provider.tag)
+    assert provider.stats()["faults"]["id_corrected"] == 1
 
 
 def test_an_empty_job_list_drops_no_running_block_and_starts_none(
