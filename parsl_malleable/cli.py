@@ -8,8 +8,11 @@ Parsl.
 from __future__ import annotations
 
 import importlib
+from typing import Any
 
 import click
+
+from parsl_malleable.errors import MalleableError
 
 # name -> ("module:attribute", one-line help). Help is here so --help needs no imports.
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -74,6 +77,14 @@ class LazyGroup(click.Group):
                 return _unavailable(cmd_name, entry[1])
             raise
         return getattr(module, attr)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        """Run the subcommand; an error the package raised on purpose (it names what was wrong)
+        is one line on stderr and exit status 1, not a traceback."""
+        try:
+            return super().invoke(ctx)
+        except MalleableError as exc:
+            raise click.ClickException(str(exc)) from None
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = [(name, SUBCOMMANDS[name][1]) for name in self.list_commands(ctx)]

@@ -46,9 +46,24 @@ class StartRefused(SchedulerCommandError):
     not available); ``reason`` holds the scheduler's own words."""
 
 
+class UnsafePathError(MalleableError):
+    """A folder or file that another user could change, read or swap (a link, another user's
+    file, loose permissions): refused rather than trusted."""
+
+
 class CheckpointError(MalleableError):
     """A checkpoint is corrupt, truncated, or belongs to a different model."""
 
 
 class SolverError(MalleableError):
     """An optimisation model could not be solved."""
+
+
+class StateStoreError(MalleableError):
+    """A campaign's state database (``state.sqlite``) cannot be read or written: damaged, on a
+    full disk, or in a read-only folder. The message is one line naming the file, what is intact
+    and how to recover; ``path`` is the file."""
+
+    def __init__(self, path: str | Path, message: str) -> None:
+        self.path = str(path)
+        super().__init__(message)

@@ -8,7 +8,9 @@ with pydantic, through the types and helpers here, instead of converting by hand
   and settings) are :func:`boundary` classes: pydantic dataclasses whose fields carry their rules
   (:data:`WholeCount`, :data:`Number`, ``Field(ge=...)``) and whose failures raise the package's
   own error type with :func:`explain`'s message;
-* YAML files (site profiles, campaigns) and option sets are pydantic models (:func:`validated`);
+* YAML files (site profiles, campaigns) are read by :func:`load_yaml_file` (or
+  :func:`load_yaml_text`): bounded in size, anchors and aliases refused, so that a few lines
+  cannot expand to gigabytes; they and option sets are pydantic models (:func:`validated`);
 * single values (a CLI flag, a function argument) go through :func:`whole_count`,
   :func:`finite_number` or :class:`FiniteFloat`, which use the same two types.
 
@@ -19,11 +21,15 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 import re
+import stat
 from collections.abc import Callable
+from pathlib import Path
 from typing import Annotated, Any, TypeVar, cast, dataclass_transform
 
 import click
+import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, ValidationError
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 
@@ -208,3 +214,103 @@ def require_parquet() -> None:
         "writing Parquet needs pyarrow (pip install pyarrow) or fastparquet; "
         "use --format csv / a .csv file instead"
     )
+
+
+MAX_YAML_BYTES = 1 << 20
+"""The largest YAML file (campaign, site profile) read: 1 MiB, far above any real one."""
+
+MAX_YAML_DEPTH = 64
+"""The deepest nesting of lists and mappings read (a campaign needs about 6)."""
+
+
+class _Refused(Exception):
+    """A YAML feature that the loader refuses, with where it was found."""
+
+    def __init__(self, mark: yaml.Mark | None, message: str) -> None:
+        super().__init__(message)
+        self.mark = mark
+        self.message = message
+
+
+class _PlainLoader(yaml.SafeLoader):
+    """:class:`yaml.SafeLoader` without anchors and aliases: an alias repeats a whole subtree,
+    so nested aliases (the "billion laughs") make a 1 kB file a graph that every reader of the
+    data (pydantic, ``json.dumps``, a table) walks as billions of nodes."""
+
+    depth = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: object) -> yaml.Node | None:
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
+            raise _Refused(
+                event.start_mark,
+                "YAML anchors and aliases (&name, *name) are not allowed here (nested ones can "
+                "expand a few lines to gigabytes); write the values out in full",
+            )
+        if self.depth >= MAX_YAML_DEPTH:
+            raise _Refused(event.start_mark, f"nested more than {MAX_YAML_DEPTH} levels deep")
+        self.depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
+
+
+def _parse_yaml(
+    text: str | bytes, where: Callable[[int | None], str], error: type[Exception]
+) -> Any:
+    """The document in ``text``; ``error`` with ``where(line)`` (1-based, None: unknown) first."""
+    loader = _PlainLoader(text)
+    try:
+        return loader.get_single_data()
+    except _Refused as exc:
+        raise error(f"{where(_line(exc.mark))}: {exc.message}") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        problem = getattr(exc, "problem", None) or exc
+        raise error(f"{where(_line(mark))}: not valid YAML: {problem}") from None
+    finally:
+        loader.dispose()
+
+
+def _line(mark: yaml.Mark | None) -> int | None:
+    return mark.line + 1 if mark is not None else None
+
+
+def load_yaml_file(path: str | Path, what: str, *, error: type[Exception] = ConfigError) -> Any:
+    """The YAML document in file ``path`` (None when empty), read with limits: a regular file
+    of at most :data:`MAX_YAML_BYTES`, nested at most :data:`MAX_YAML_DEPTH` deep, without
+    anchors or aliases. Anything else raises ``error`` naming the file, the line where known,
+    and ``what`` the file is (``"campaign"``)."""
+    path = Path(path)
+    try:
+        # Non-blocking: a FIFO in the file's place must not hang the reader.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as file:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise error(f"{what} {path}: not a regular file")
+            data = file.read(MAX_YAML_BYTES + 1)
+    except OSError as exc:
+        raise error(f"{what} {path}: cannot read it: {exc.strerror or exc}") from None
+    if len(data) > MAX_YAML_BYTES:
+        raise error(
+            f"{what} {path}: over {MAX_YAML_BYTES} bytes; a {what} file is a few kB (this is "
+            "not the file you meant, or it was generated wrongly)"
+        )
+
+    def where(line: int | None) -> str:
+        return f"{path}:{line}" if line is not None else str(path)
+
+    return _parse_yaml(data, where, error)
+
+
+def load_yaml_text(text: str, what: str, *, error: type[Exception] = ConfigError) -> Any:
+    """:func:`load_yaml_file` for YAML given as text (``what`` names it in messages: ``"campaign
+    text"``)."""
+    if len(text.encode()) > MAX_YAML_BYTES:
+        raise error(f"{what}: over {MAX_YAML_BYTES} bytes of YAML; refusing to read it")
+
+    def where(line: int | None) -> str:
+        return f"{what} (line {line})" if line is not None else what
+
+    return _parse_yaml(text, where, error)

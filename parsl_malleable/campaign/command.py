@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
+import os
 import signal
 import time
 from pathlib import Path
@@ -13,7 +15,7 @@ import click
 from rich.console import Console
 from rich.live import Live
 
-from parsl_malleable.errors import ConfigError
+from parsl_malleable.errors import ConfigError, StateStoreError, UnsafePathError
 from parsl_malleable.inputs import FiniteFloat
 
 if TYPE_CHECKING:  # the runner imports Parsl; --help must stay light
@@ -119,7 +121,8 @@ def run(
         runner = CampaignRunner(
             campaign, folder, source=str(campaign_file), adopt_folder=adopt_folder
         )
-    except ConfigError as exc:
+        pending = runner.pending()
+    except (ConfigError, StateStoreError, UnsafePathError) as exc:
         raise click.ClickException(str(exc)) from None
     # Only our warnings reach the terminal; everything is in campaign.log, and Parsl's own log
     # (where an agent task lost with its block is an ERROR, though expected here) in runinfo/.
@@ -131,7 +134,7 @@ def run(
     console.print(f"campaign {campaign_file} -> {folder}")
     interactive = console.is_terminal and not quiet
     last_line = [0.0]
-    if runner.pending():  # a finished campaign has nothing to compile for
+    if pending:  # a finished campaign has nothing to compile for
         with console.status("loading the simulator (numba) ..."):
             from parsl_malleable.harvest.warmup import load_with_status
         load_with_status(console)
@@ -144,6 +147,9 @@ def run(
             console.print(_summary_line(r))
 
     runner.on_sample = show
+    # A full disk fails the log files too; logging's own tracebacks about them would bury the
+    # one line that says what happened and what to do (a StateStoreError's), so they are dropped.
+    logging.raiseExceptions = False
     # `kill PID` (SIGTERM) stops like Ctrl-C: jobs keep their state, blocks are cancelled.
     signal.signal(signal.SIGTERM, lambda *_: runner.stop())
     with Live(console=console, auto_refresh=False, transient=False) as live:
@@ -153,15 +159,25 @@ def run(
             outcome = runner.execute()
         except KeyboardInterrupt:
             outcome = None
-        except ConfigError as exc:  # the folder was taken after the check above
+        except (ConfigError, UnsafePathError) as exc:  # the folder changed since the check
             raise click.ClickException(str(exc)) from None
+        except StateStoreError as exc:  # the run ended cleanly; its state could not be written
+            raise click.ClickException(str(exc)) from None
+        except OSError as exc:  # the folder itself (its lock, its log) could not be written
+            error = _folder_fault(folder, exc)
+            if error is None:
+                raise
+            raise click.ClickException(error) from None
     from parsl_malleable.campaign.store import CampaignStore
 
-    store = CampaignStore(folder)
     try:
-        files = write_results(store, folder)
-    finally:
-        store.close()
+        store = CampaignStore(folder)
+        try:
+            files = write_results(store, folder)
+        finally:
+            store.close()
+    except StateStoreError as exc:
+        raise click.ClickException(str(exc)) from None
     if outcome is None:
         console.print("interrupted: rerun the same command to resume")
         raise SystemExit(130)
@@ -181,6 +197,22 @@ def run(
         raise SystemExit(1)
     if outcome.outcome not in ("finished", "nothing to do"):
         raise SystemExit(3)
+
+
+def _folder_fault(folder: Path, exc: OSError) -> str | None:
+    """The line for an output folder that cannot be written (a full disk, a read-only folder):
+    what the state store would say, since the run's state is what cannot be kept (None: another
+    error, a bug to show in full)."""
+    from parsl_malleable.campaign.store import CampaignStore
+    from parsl_malleable.campaign.store_faults import fault
+
+    named = Path(os.fsdecode(exc.filename)).resolve() if exc.filename else None
+    if named is None and exc.errno != errno.ENOSPC:
+        return None  # a write without a name is the folder's only when the disk is full
+    if named is not None and not named.is_relative_to(folder.resolve()):
+        return None
+    error = fault(folder / CampaignStore.FILE, exc)
+    return None if error is None else str(error)
 
 
 def _campaign_file(given: Path | None, demo: bool) -> Path:
@@ -236,18 +268,19 @@ def _summary_line(runner: CampaignRunner) -> str:
 def status(folder: Path, as_json: bool) -> None:
     """Summarise the campaign in FOLDER, while it runs or after."""
     from parsl_malleable.campaign.display import status_table
+    from parsl_malleable.campaign.driver_lock import driver_running
     from parsl_malleable.campaign.store import CampaignStore
 
     try:
         store = CampaignStore(folder, read_only=True)
-    except FileNotFoundError as exc:
+    except (FileNotFoundError, StateStoreError, UnsafePathError) as exc:
         raise click.ClickException(str(exc)) from None
     try:
         rows = store.jobs()
         progress = store.progress()
         runs = int(store.meta("runs") or 0)
         outcome = store.meta(f"run{runs}_outcome")
-        live = (folder / "lifeline.json").exists() and outcome is None
+        live = driver_running(folder)
         owner = store.owner()
         meta = {
             "campaign_file": store.meta("campaign_file"),
@@ -257,6 +290,8 @@ def status(folder: Path, as_json: bool) -> None:
             "runs": str(runs),
             "state": "running now" if live else (outcome or "ended without a word (killed?)"),
         }
+    except StateStoreError as exc:
+        raise click.ClickException(str(exc)) from None
     finally:
         store.close()
     if as_json:

@@ -137,18 +137,11 @@ def check_driver_mode() -> None:
 
 def campaign_data(campaign: str | Mapping[str, Any]) -> dict[str, Any]:
     """The campaign's mapping from YAML text or a mapping; :class:`ConfigError` otherwise."""
-    import yaml
-
     from parsl_malleable.errors import ConfigError
+    from parsl_malleable.inputs import load_yaml_text
 
     if isinstance(campaign, str):
-        try:
-            data = yaml.safe_load(campaign)
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            where = f" (line {mark.line + 1})" if mark is not None else ""
-            problem = getattr(exc, "problem", exc)
-            raise ConfigError(f"campaign text is not valid YAML{where}: {problem}") from None
+        data = load_yaml_text(campaign, "campaign text")
     elif isinstance(campaign, Mapping):
         data = dict(campaign)
     else:

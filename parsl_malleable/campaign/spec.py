@@ -12,17 +12,14 @@ not a job that waits forever. See docs/campaigns.md.
 
 from __future__ import annotations
 
-import importlib
-import inspect
 import itertools
 import math
 import random
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -34,8 +31,9 @@ from pydantic import (
 
 from parsl_malleable.allocate.objectives import OBJECTIVES
 from parsl_malleable.allocate.solve import SOLVERS
+from parsl_malleable.campaign.app_args import ArgTypes, check_app_args, resolve_app
 from parsl_malleable.errors import ConfigError
-from parsl_malleable.inputs import SAFE_NAME
+from parsl_malleable.inputs import SAFE_NAME, load_yaml_file
 
 if TYPE_CHECKING:
     from parsl_malleable.harvest.site_profile import SiteProfile
@@ -283,33 +281,6 @@ class Campaign(_Strict):
 # ------------------------------------------------------------------------------- loading
 
 
-def resolve_app(ref: str) -> Callable[..., Any]:
-    """The function ``module:function`` names; :class:`ConfigError` saying what is missing."""
-    module_name, sep, attr = ref.partition(":")
-    if not sep or not module_name or not attr:
-        raise ValueError(f"app must look like 'module:function'; got {ref!r}")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ValueError(f"cannot import {module_name!r}: {exc}") from None
-    fn: Any = module
-    for part in attr.split("."):
-        fn = getattr(fn, part, None)
-        if fn is None:
-            raise ValueError(f"module {module_name!r} has no {attr!r}")
-    if not callable(fn):
-        raise ValueError(f"{ref!r} is not callable")
-    return fn
-
-
-def check_app_args(fn: Callable[..., Any], args: dict[str, Any]) -> None:
-    """Raise ValueError if ``fn(ctx, **args)`` would not bind."""
-    try:
-        inspect.signature(fn).bind(None, **args)
-    except TypeError as exc:
-        raise ValueError(f"{getattr(fn, '__name__', fn)}(ctx, ...): {exc}") from None
-
-
 def _where(loc: tuple[Any, ...]) -> str:
     out = ""
     for part in loc:
@@ -375,7 +346,8 @@ def _entries(campaign: Campaign) -> Iterator[tuple[str, int, JobEntry | Sweep]]:
 
 
 def check_apps(campaign: Campaign, *, source: str = "<campaign>") -> None:
-    """Import every app and bind its arguments; :class:`ConfigError` naming the entry."""
+    """Import every app, bind its arguments and check them against the function's annotations;
+    :class:`ConfigError` naming each entry (``jobs[0].args.lr``, ``sweeps[1].grid.lr``)."""
     problems = []
     for kind, i, entry in _entries(campaign):
         try:
@@ -383,15 +355,41 @@ def check_apps(campaign: Campaign, *, source: str = "<campaign>") -> None:
         except ValueError as exc:
             problems.append(f"{kind}[{i}].app: {exc}")
             continue
+        types = ArgTypes(fn)
         runs = entry.expand() if isinstance(entry, Sweep) else [(entry, {})]
-        for job, _ in runs:
+        seen: set[str] = set()
+        for point, (job, params) in enumerate(runs):
+            args = job.call_args()
             try:
-                check_app_args(fn, job.call_args())
+                check_app_args(fn, args)
             except ValueError as exc:
                 problems.append(f"{kind}[{i}].args ({job.name}): {exc}")
                 break
+            for name, value in args.items():
+                where = f"{kind}[{i}].{_arg_origin(entry, job, params, name, point)}"
+                if where in seen or (problem := types.problem(name, value)) is None:
+                    continue
+                seen.add(where)
+                of_job = f" (job {job.name})" if isinstance(entry, Sweep) else ""
+                problems.append(f"{where}={value!r}{of_job}: {problem}")
     if problems:
         raise ConfigError(f"{source}: " + "; ".join(problems))
+
+
+def _arg_origin(
+    entry: JobEntry | Sweep, job: JobEntry, params: dict[str, Any], name: str, point: int
+) -> str:
+    """Where in the entry argument ``name`` of ``job`` was written: ``args.lr``, ``epochs``, a
+    sweep's ``grid.lr``, ``random.params.lr`` or ``architectures[2].hidden``."""
+    if name in ("epochs", "samples") and getattr(job, name) is not None:
+        return name
+    if isinstance(entry, Sweep) and name in params:
+        if entry.grid is not None:
+            return f"grid.{name}"
+        if entry.random is not None:
+            return f"random.params.{name}"
+        return f"architectures[{point}].{name}"
+    return f"args.{name}"
 
 
 def site_capacity(profile: SiteProfile) -> tuple[int, str]:
@@ -445,12 +443,7 @@ def load_campaign(path: str | Path) -> Campaign:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"campaign {path}: no such file")
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
-        raise ConfigError(f"{where}: not valid YAML: {getattr(exc, 'problem', exc)}") from None
+    data = load_yaml_file(path, "campaign")
     campaign = parse_campaign(data if data is not None else {}, source=str(path))
     add_python_path(campaign, path.parent)
     check_apps(campaign, source=str(path))

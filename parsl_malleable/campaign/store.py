@@ -12,13 +12,17 @@ at most the last second of samples, never a finished job. Tables:
   committed step (the progress column and its ETA, :meth:`CampaignStore.progress`);
 * ``site_samples``: per sample: nodes native, harvested (in our blocks), training, idle.
 
-``status DIR`` reads it while a run writes (WAL mode).
+``status DIR`` reads it while a run writes (WAL mode). Each open runs SQLite's integrity check;
+a damaged file, a full disk or a read-only folder raises
+:class:`~parsl_malleable.errors.StateStoreError`, one line naming the file, what is intact and
+how to recover (:mod:`.store_faults`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sqlite3
 import time
 from collections.abc import Iterable
@@ -26,7 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from parsl_malleable.campaign.store_faults import damaged, fault, guarded
 from parsl_malleable.errors import ConfigError
+from parsl_malleable.private_files import check_private_file
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -158,21 +164,50 @@ class CampaignStore:
 
     def __init__(self, folder: Path, *, read_only: bool = False) -> None:
         self.path = Path(folder) / self.FILE
+        if read_only and not self.path.is_file():
+            raise FileNotFoundError(f"{self.path}: no campaign state here")
+        try:
+            self.db = self._open(read_only)
+        except (sqlite3.Error, OSError) as exc:
+            error = fault(self.path, exc)
+            if error is None:
+                raise
+            raise error from exc
+
+    def _open(self, read_only: bool) -> sqlite3.Connection:
+        """The connection, after an integrity check of the file (a damaged one is refused
+        before anything reads or writes it: see :mod:`.store_faults`). The file and SQLite's
+        files beside it must be this user's, links refused (another user may have planted them
+        while the folder was open): :class:`~parsl_malleable.errors.UnsafePathError`."""
+        for suffix in ("", "-wal", "-shm", "-journal"):
+            check_private_file(self.path.with_name(self.path.name + suffix))
         if read_only:
-            if not self.path.is_file():
-                raise FileNotFoundError(f"{self.path}: no campaign state here")
-            uri = f"file:{self.path}?mode=ro"
-            self.db = sqlite3.connect(uri, uri=True, timeout=10, check_same_thread=False)
+            # A WAL database needs its -shm file, which a read-only folder cannot hold; no
+            # writer can run there either, so the file cannot change under the reader.
+            frozen = "&immutable=1" if not os.access(self.path.parent, os.W_OK) else ""
+            uri = f"file:{self.path}?mode=ro{frozen}"
+            db = sqlite3.connect(uri, uri=True, timeout=10, check_same_thread=False)
         else:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fresh = not self.path.exists()
-            self.db = sqlite3.connect(self.path, timeout=10, check_same_thread=False)
+            db = sqlite3.connect(self.path, timeout=10, check_same_thread=False)
             if fresh:
                 self.path.chmod(0o600)
-            self.db.execute("PRAGMA journal_mode=WAL")
-            self.db.executescript(SCHEMA)
-            self._add_missing_columns()
-            self.db.commit()
+        try:
+            (verdict,) = db.execute("PRAGMA quick_check(1)").fetchone()
+            if verdict != "ok":
+                problem = verdict.removeprefix("*** in database main ***").strip()
+                raise damaged(self.path, f"integrity check: {problem.splitlines()[0]}")
+            if not read_only:
+                db.execute("PRAGMA journal_mode=WAL")
+                db.executescript(SCHEMA)
+                self.db = db
+                self._add_missing_columns()
+                db.commit()
+        except BaseException:
+            db.close()
+            raise
+        return db
 
     def _add_missing_columns(self) -> None:
         # A folder written by an earlier version lacks later columns; CREATE TABLE IF NOT
@@ -184,17 +219,20 @@ class CampaignStore:
         if "step" not in sampled:
             self.db.execute("ALTER TABLE job_samples ADD COLUMN step INTEGER")
 
+    @guarded
     def close(self) -> None:
         """Close the database."""
         self.db.close()
 
     # ----------------------------------------------------------------------- runs
 
+    @guarded
     def meta(self, key: str) -> str | None:
         """A value of the meta table."""
         row = self.db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
         return row[0] if row else None
 
+    @guarded
     def set_meta(self, key: str, value: str) -> None:
         """Set a value of the meta table."""
         self._set_meta(key, value)
@@ -207,6 +245,7 @@ class CampaignStore:
             (key, value),
         )
 
+    @guarded
     def begin_run(self, campaign_file: str, now: float | None = None) -> int:
         """Record a driver start; its run number (1 for the first)."""
         now = time.time() if now is None else now
@@ -219,12 +258,14 @@ class CampaignStore:
         self.db.commit()
         return run
 
+    @guarded
     def end_run(self, run: int, outcome: str, now: float | None = None) -> None:
         """Record how run ``run`` ended (``finished``, ``interrupted``, ``time limit``...)."""
         self._set_meta(f"run{run}_ended_at", repr(time.time() if now is None else now))
         self._set_meta(f"run{run}_outcome", outcome)
         self.db.commit()
 
+    @guarded
     def owner(self) -> CampaignIdentity | None:
         """The campaign recorded as the folder's owner (None: none recorded yet)."""
         name, sha256, file = (self.meta(k) for k in OWNER_KEYS)
@@ -232,6 +273,7 @@ class CampaignStore:
             return None
         return CampaignIdentity(name, sha256, file or None)
 
+    @guarded
     def check_owner(self, current: CampaignIdentity, *, adopt: bool = False) -> FolderNote | None:
         """Whether ``current`` may run into this folder: a note for the log (None: nothing to
         say), or :class:`FolderOwnedError` naming both campaigns and the folder. Writes nothing.
@@ -297,6 +339,7 @@ class CampaignStore:
             )
         raise _refusal(folder, recorded.describe(), current)
 
+    @guarded
     def claim(self, current: CampaignIdentity, *, adopt: bool = False) -> FolderNote | None:
         """:meth:`check_owner`, then record ``current`` as the owner; the note for the log."""
         note = self.check_owner(current, adopt=adopt)
@@ -307,6 +350,7 @@ class CampaignStore:
         return note
 
     @property
+    @guarded
     def started_at(self) -> float | None:
         """When the first run started."""
         value = self.meta("started_at")
@@ -314,6 +358,7 @@ class CampaignStore:
 
     # ----------------------------------------------------------------------- jobs
 
+    @guarded
     def sync_jobs(self, jobs: Iterable[tuple[str, dict[str, Any], dict[str, Any]]]) -> list[str]:
         """Insert jobs not stored yet (``(name, spec, params)``); return the names of stored
         jobs whose spec changed since (they keep their state: a finished job is not rerun)."""
@@ -331,6 +376,7 @@ class CampaignStore:
         self.db.commit()
         return changed
 
+    @guarded
     def jobs(self) -> list[JobRow]:
         """Every job, in insertion order."""
         rows = self.db.execute(
@@ -358,6 +404,7 @@ class CampaignStore:
             for r in rows
         ]
 
+    @guarded
     def mark_submitted(self, name: str, resumed_from_step: int | None) -> None:
         """The job was handed to the controller in this run."""
         self.db.execute(
@@ -367,6 +414,7 @@ class CampaignStore:
         )
         self.db.commit()
 
+    @guarded
     def finish(
         self,
         name: str,
@@ -396,6 +444,7 @@ class CampaignStore:
 
     # -------------------------------------------------------------------- samples
 
+    @guarded
     def record(
         self,
         t: float,
@@ -450,12 +499,14 @@ class CampaignStore:
             )
         self.db.commit()
 
+    @guarded
     def job_samples(self) -> list[tuple[float, int, str, int, int, float | None, str]]:
         """``(t, run, job, nodes, world, rate, node names)`` in time order."""
         return self.db.execute(
             "SELECT t, run, job, nodes, world, rate, node_names FROM job_samples ORDER BY t"
         ).fetchall()
 
+    @guarded
     def progress(self, window_s: float = 60.0) -> dict[str, JobProgress]:
         """Per job with a committed step: its last step and its steps/s over the last
         ``window_s`` seconds of its latest run (None: too few samples to tell). Called once a
@@ -481,6 +532,7 @@ class CampaignStore:
             out[job] = JobProgress(step=step_last, steps_per_s=rate if rate else None)
         return out
 
+    @guarded
     def site_samples(self) -> list[tuple[float, int, int, int, int, int, int]]:
         """``(t, run, total, native, harvested, training, idle)`` in time order."""
         return self.db.execute(

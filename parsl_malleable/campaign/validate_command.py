@@ -27,10 +27,11 @@ if TYPE_CHECKING:  # the spec imports pydantic models and the solvers' names
 def check_campaign(path: Path, site: str | None = None) -> tuple[Campaign, SiteProfile]:
     """The campaign in ``path`` (``site`` instead of its own, as ``run --site`` does) and its
     site profile, checked as a run checks them; :class:`ConfigError` saying what is wrong."""
-    from parsl_malleable.campaign.runner import check_parsl_options, site_profile
     from parsl_malleable.campaign.spec import check_site_fits, load_campaign
 
-    campaign = load_campaign(path)
+    campaign = load_campaign(path)  # first: a bad file is answered before Parsl is imported
+    from parsl_malleable.campaign.runner import check_parsl_options, site_profile
+
     if site is not None:
         campaign = campaign.model_copy(update={"site": site, "site_overrides": {}})
     profile = site_profile(campaign, source=str(path))

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -28,6 +27,7 @@ from pydantic import (
 )
 
 from parsl_malleable.errors import ConfigError
+from parsl_malleable.inputs import load_yaml_file
 from parsl_malleable.schedulers.command_scheduler import CommandScheduler
 from parsl_malleable.schedulers.emulated.settings import EmulatedSettings
 from parsl_malleable.schedulers.pbs import PBSScheduler
@@ -362,12 +362,7 @@ def find_profile(name: str) -> Path:
 def load_profile(name_or_path: str | os.PathLike[str]) -> SiteProfile:
     """Read a site profile by name (``providers/<name>.yaml``) or path."""
     path = find_profile(os.fspath(name_or_path))
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
-        raise ConfigError(f"{where}: not valid YAML: {getattr(exc, 'problem', exc)}") from None
+    data = load_yaml_file(path, "site profile")
     return profile_from_mapping(data if data is not None else {}, source=str(path))
 
 

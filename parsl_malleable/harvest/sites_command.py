@@ -10,22 +10,23 @@ import json
 from typing import Any
 
 import click
-import yaml
 
+from parsl_malleable.errors import ConfigError
 from parsl_malleable.harvest.site_profile import (
     PROFILE_PATH_ENV,
     FoundProfile,
     found_profiles,
     profile_folders,
 )
+from parsl_malleable.inputs import load_yaml_file
 
 
 def _scheduler_of(found: FoundProfile) -> str:
     """The profile's ``scheduler`` (the default, slurm, when unset), or why it cannot say."""
     try:
-        data = yaml.safe_load(found.path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        return f"(unreadable: {type(exc).__name__})"
+        data = load_yaml_file(found.path, "site profile")
+    except ConfigError as exc:
+        return f"(unreadable: {exc})"
     if data is None:
         data = {}
     if not isinstance(data, dict):

@@ -32,8 +32,13 @@ def test_a_worker_of_a_tasks_mode_endpoint_is_refused(monkeypatch: pytest.Monkey
 def test_campaign_text_and_mappings_are_checked() -> None:
     assert gd.campaign_data("jobs: []\n") == {"jobs": []}
     assert gd.campaign_data({"jobs": [JOB]}) == {"jobs": [JOB]}
-    with pytest.raises(ConfigError, match=r"not valid YAML \(line 2\)"):
+    with pytest.raises(ConfigError, match=r"campaign text \(line 2\): not valid YAML"):
         gd.campaign_data("jobs:\n  - name: a: b\n")
+    # The driver shares the campaign loader's limits: no aliases, no megabytes.
+    with pytest.raises(ConfigError, match=r"campaign text \(line 2\): YAML anchors and aliases"):
+        gd.campaign_data("jobs:\n  - &a {name: a}\n  - *a\n")
+    with pytest.raises(ConfigError, match=r"campaign text: over 1048576 bytes of YAML"):
+        gd.campaign_data("jobs: []\n" + "#" * (1 << 20))
     with pytest.raises(ConfigError, match="must be a mapping, got list"):
         gd.campaign_data("- a\n")
     with pytest.raises(ConfigError, match="YAML text or a mapping, got bytes"):

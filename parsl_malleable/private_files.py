@@ -1,0 +1,197 @@
+"""Folders and files that only this user can change: made private, checked before they are read.
+
+HPC users share login nodes, and their output folders often live in project directories that a
+whole group can write. Anything the project reads back from such a place (the campaign state,
+checkpoints, keys, logs it parses) could have been planted or swapped by another user, and
+anything it writes there could be read by them. So, as ssh's StrictModes does:
+
+* a folder the project writes into is created ``0700``; an existing one that another user can
+  change (group or other write bits) or that belongs to someone else is refused, with its mode
+  and the fix; one the user owns with only read bits for others is narrowed to ``0700``;
+* a file is read back only through one open that never follows a symbolic link nor blocks on a
+  FIFO, and only when it is a regular file owned by this user that nobody else may change (nor
+  read, for a secret); the checks and the read use the same open file, so the file checked is the
+  file read;
+* a file is written atomically (a fresh ``0600`` temporary file, then a rename), so a reader
+  sees the old file or the new one, never half of one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import os
+import stat
+from pathlib import Path
+
+from parsl_malleable.errors import UnsafePathError
+
+logger = logging.getLogger(__name__)
+
+PRIVATE_DIR_MODE = 0o700
+PRIVATE_FILE_MODE = 0o600
+_OTHERS_WRITE = 0o022
+_OTHERS_ANY = 0o077
+
+
+def _who(bits: int) -> str:
+    return " and ".join(
+        name for mask, name in ((0o070, "its group"), (0o007, "other users")) if bits & mask
+    )
+
+
+def _owner_problem(info: os.stat_result) -> str | None:
+    me = os.geteuid()
+    if info.st_uid == me:
+        return None
+    return (
+        f"it belongs to uid {info.st_uid}, not to this user (uid {me}), so someone else could "
+        "have written it"
+    )
+
+
+def private_dir(path: Path | str, *, what: str = "folder") -> Path:
+    """Create ``path`` (and its missing parents) private to this user, or check and narrow an
+    existing one; the path. :class:`UnsafePathError` (naming the folder, its mode and the fix)
+    for a symbolic link, a non-folder, a folder of another user, or one others can write."""
+    path = Path(path).expanduser()
+    try:
+        path.mkdir(mode=PRIVATE_DIR_MODE, parents=True)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise UnsafePathError(f"cannot create the {what} {path}: {exc.strerror}") from exc
+    info = os.lstat(path)
+    if stat.S_ISLNK(info.st_mode):
+        raise UnsafePathError(
+            f"refusing the {what} {path}: it is a symbolic link, which another user could point "
+            "anywhere; give the folder itself"
+        )
+    if not stat.S_ISDIR(info.st_mode):
+        raise UnsafePathError(f"refusing the {what} {path}: it is not a folder")
+    problem = _owner_problem(info)
+    if problem:
+        raise UnsafePathError(
+            f"refusing the {what} {path}: {problem}; give a folder you own (a new path is "
+            "created private)"
+        )
+    mode = stat.S_IMODE(info.st_mode)
+    if mode & _OTHERS_WRITE:
+        raise UnsafePathError(
+            f"refusing the {what} {path}: its mode is {mode:04o}, so {_who(mode & _OTHERS_WRITE)} "
+            "can add, replace or remove its files (a planted file could make this run act for "
+            f"them). Fix: check its contents, then `chmod 700 {path}`, or give a new path, "
+            "which is created private"
+        )
+    if mode & _OTHERS_ANY:
+        os.chmod(path, PRIVATE_DIR_MODE)
+        logger.info("%s %s narrowed from mode %04o to 0700", what, path, mode)
+    return path
+
+
+def _open_regular(path: Path) -> int:
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        return os.open(path, flags)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UnsafePathError(
+                f"refusing to read {path}: it is a symbolic link, which could point anywhere"
+            ) from exc
+        raise
+
+
+def _file_problem(info: os.stat_result, *, secret: bool) -> str | None:
+    if not stat.S_ISREG(info.st_mode):
+        return "it is not a regular file"
+    problem = _owner_problem(info)
+    if problem:
+        return f"{problem}; delete it if it is not yours"
+    mode = stat.S_IMODE(info.st_mode)
+    loose = mode & (_OTHERS_ANY if secret else _OTHERS_WRITE)
+    if not loose:
+        return None
+    if secret:
+        return f"its mode is {mode:04o}: {_who(loose)} can read or change it; chmod 600 it"
+    return (
+        f"its mode is {mode:04o}: {_who(loose)} can change it, so it may have been replaced; "
+        "chmod 600 it if you trust its contents, or delete it"
+    )
+
+
+def read_private_bytes(
+    path: Path | str, *, secret: bool = False, limit: int | None = None
+) -> bytes:
+    """The bytes of ``path``, read through one open that follows no link and never blocks;
+    :class:`UnsafePathError` unless it is a regular file of this user that nobody else may
+    change (nor read, with ``secret``), or when it is larger than ``limit`` bytes.
+    ``FileNotFoundError`` passes through: a missing file is the caller's case."""
+    path = Path(path)
+    fd = _open_regular(path)
+    with os.fdopen(fd, "rb") as file:
+        info = os.fstat(file.fileno())
+        problem = _file_problem(info, secret=secret)
+        if problem:
+            raise UnsafePathError(f"refusing to read {path}: {problem}")
+        if limit is not None and info.st_size > limit:
+            raise UnsafePathError(
+                f"refusing to read {path}: {info.st_size} bytes, more than the {limit} expected"
+            )
+        return file.read()
+
+
+def read_private_text(path: Path | str, *, secret: bool = False, limit: int | None = None) -> str:
+    """:func:`read_private_bytes` decoded as UTF-8 (undecodable bytes replaced)."""
+    return read_private_bytes(path, secret=secret, limit=limit).decode(errors="replace")
+
+
+def check_private_file(path: Path | str, *, secret: bool = False) -> bool:
+    """Whether ``path`` exists, checked as :func:`read_private_bytes` would read it, for files a
+    library opens by name (SQLite): :class:`UnsafePathError` when it is a link, not a regular
+    file, another user's, or changeable by others."""
+    path = Path(path)
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    if stat.S_ISLNK(info.st_mode):
+        raise UnsafePathError(
+            f"refusing to open {path}: it is a symbolic link, which could point anywhere"
+        )
+    problem = _file_problem(info, secret=secret)
+    if problem:
+        raise UnsafePathError(f"refusing to open {path}: {problem}")
+    return True
+
+
+def write_private_bytes(path: Path | str, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically, mode 0600: a new temporary file beside it (never
+    through a link; an old one of the same name is replaced), flushed to disk, then renamed."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with contextlib.suppress(FileNotFoundError):
+        tmp.unlink()
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(tmp, flags, PRIVATE_FILE_MODE)
+    try:
+        with os.fdopen(fd, "wb") as file:
+            file.write(data)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+        raise
+
+
+__all__ = [
+    "PRIVATE_DIR_MODE",
+    "PRIVATE_FILE_MODE",
+    "check_private_file",
+    "private_dir",
+    "read_private_bytes",
+    "read_private_text",
+    "write_private_bytes",
+]
