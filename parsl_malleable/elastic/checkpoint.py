@@ -10,13 +10,22 @@ A checkpoint is two files in one private directory:
   ``mac``, an HMAC-SHA256 of all of that. It is written *after* the payload, so a manifest marks
   a checkpoint as complete.
 
-Both are written to a temporary file in the same directory, fsynced, renamed over the final name
-with :func:`os.replace`, and the directory is fsynced, so a crash at any moment leaves either the
-old checkpoint or the new one, never a torn file under a final name. A write that fails (a full
-disk, a quota) raises :class:`CheckpointError` and leaves every checkpoint already there as it
-was. Retention counts and deletes committed checkpoints only: a ``.pt`` without a manifest
-(a file the store did not write, or a save that crashed before its manifest) is never deleted
-and never loaded.
+Commit protocol: the manifest is the commit point, and the payload is verified against it. Both
+files are written whole to temporary files in the same directory and fsynced; then the payload is
+renamed to its final name, the manifest after it (:func:`os.replace`), and the directory is
+fsynced. A crash at any moment leaves the old checkpoints as they were plus, at worst, temporary
+files or a payload without its manifest: an *orphan*, never loaded, never counted. Every save
+holds an exclusive lock (``flock`` on :data:`LOCK_FILE_NAME` in the directory), so an orphan is
+told from a save in progress without guessing from ages: whoever holds the lock removes the
+orphans and the temporary files of cut saves (when a writable store opens and before each save;
+counted in :attr:`CheckpointStore.orphans_removed` and logged). A save of a step that is already
+committed and intact keeps that checkpoint instead of replacing it, so no moment exists in which
+a committed step is unreadable. A write that fails (a full disk, a quota) raises
+:class:`CheckpointError` and leaves every checkpoint already there as it was.
+
+Where a job resumes: :func:`resume_step` (and :meth:`CheckpointStore.resume_point`) tell the
+step :meth:`CheckpointStore.load_latest` would load, by the same checks, falling back past the
+damaged ones, and name those; the rank's messages and the driver's come from it, so they agree.
 
 Threat model. The manifest's ``mac`` is keyed with a per-job key: HMAC-SHA256 (via
 :func:`~parsl_malleable.elastic.wire.derive_secret`) of the folder's *master key* and the job's
@@ -55,6 +64,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import hashlib
 import hmac
 import io
@@ -69,7 +79,7 @@ import socket
 import stat
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -84,11 +94,14 @@ __all__ = [
     "FORMAT",
     "KEY_FILE_NAME",
     "LEGACY_FORMAT",
+    "LOCK_FILE_NAME",
     "CheckpointError",
     "CheckpointInfo",
     "CheckpointStore",
+    "ResumePoint",
     "describe_job",
     "model_fingerprint",
+    "resume_step",
 ]
 
 log = logging.getLogger(__name__)
@@ -99,6 +112,15 @@ KEY_FILE_NAME = ".parsl-malleable-checkpoint.key"
 _NAME = re.compile(r"^ckpt-(\d{12})\.(pt|json)$")
 _KEY_TEXT = re.compile(r"^[0-9a-f]{64}$")
 _TMP_PREFIX = ".tmp-"
+LOCK_FILE_NAME = ".parsl-malleable-checkpoint.lock"
+# How long a save, or a resume's reading, waits for a save in progress (a dying rank finishing
+# its last checkpoint within its grace) before giving up.
+LOCK_WAIT_S = 60.0
+# A temporary file of a writer on another host is removed only this old: its pid cannot be
+# checked from here, and a file system without working locks must not lose a save in progress.
+FOREIGN_TEMP_AGE_S = 3600.0
+_Paths = list[Path]
+_Names = list[str]  # (the class's own ``list`` method hides the builtin in its annotations)
 
 
 def model_fingerprint(model: torch.nn.Module) -> str:
@@ -146,11 +168,45 @@ class CheckpointInfo:
     format: str | None = None
     campaign: str | None = None
     job: str | None = None
+    has_manifest: bool = True
 
     @property
     def committed(self) -> bool:
         """True when a readable manifest records the checksum of this checkpoint."""
         return self.sha256 is not None
+
+    @property
+    def orphan(self) -> bool:
+        """A payload without a manifest: a save cut before its commit, never a checkpoint."""
+        return not self.has_manifest
+
+
+@dataclass(frozen=True)
+class ResumePoint:
+    """Where a job resumes: ``step`` (None: from scratch), in ``directory``, and the newer
+    checkpoints passed over (``skipped``: ``"name: why"``, newest first) as damaged or failing
+    authentication. ``adopted`` says why a checkpoint that is not the job's own was taken (a
+    warm start). :meth:`describe` is the one wording every message about it uses."""
+
+    directory: Path
+    step: int | None
+    skipped: tuple[str, ...] = ()
+    adopted: str | None = None
+
+    @property
+    def damaged(self) -> int:
+        """How many newer checkpoints were passed over."""
+        return len(self.skipped)
+
+    def describe(self) -> str:
+        """``step N`` or ``scratch``, and the damaged checkpoints skipped, with why."""
+        start = "scratch" if self.step is None else f"step {self.step}"
+        if not self.skipped:
+            return start
+        return (
+            f"{start}: skipped {self.damaged} damaged checkpoint(s) in {self.directory}: "
+            + "; ".join(self.skipped)
+        )
 
 
 class _Skip(Exception):
@@ -221,8 +277,13 @@ class CheckpointStore:
         # Why the last load_latest took a checkpoint that is not this job's own (None: it was).
         self.adopted: str | None = None
         self.unauthenticated_loads = 0  # adopted checkpoints that nothing authenticated
+        self.orphans_removed: list[str] = []  # files of cut saves this store removed
+        # Where the last load_latest / resume_point found the job resumes (None: not asked).
+        self.last_resume: ResumePoint | None = None
         self._master: str | None = None
         self._open_directory(create)
+        if create:
+            self.remove_orphans()
 
     def _open_directory(self, create: bool) -> None:
         try:
@@ -281,9 +342,29 @@ class CheckpointStore:
         check_loadable(payload, "payload", CheckpointError)
         master = self._master_key(create=True)
         assert master is not None
-        self._remove_stale_temp_files()
+        with self._lock(exclusive=True, wait_s=LOCK_WAIT_S) as lock:
+            if lock == "busy":
+                raise CheckpointError(
+                    f"could not write the checkpoint of step {step} to {self.directory}: "
+                    f"another save held its lock {self.directory / LOCK_FILE_NAME} for more "
+                    f"than {LOCK_WAIT_S:.0f} s"
+                )
+            if lock == "held":
+                self._sweep()
+            else:  # no working locks here: only what is provably stale goes
+                self._remove_stale_temp_files()
+            pt_path = self._commit(payload, step, fingerprint, master)
+            self._prune()
+        return pt_path
 
+    def _commit(self, payload: dict[str, Any], step: int, fingerprint: str, master: str) -> Path:
+        """Write and commit checkpoint ``step`` (the lock is held); its payload's path."""
         pt_path, manifest_path = self._paths(step)
+        if self._intact(step, fingerprint):
+            # The same step of the same job is the same commit: replacing it would open a
+            # moment in which this step is unreadable, for nothing.
+            log.debug("checkpoint %s is committed and intact; kept", pt_path)
+            return pt_path
         envelope = {
             "format": FORMAT,
             "step": step,
@@ -292,53 +373,55 @@ class CheckpointStore:
             "job": self.job,
             "payload": payload,
         }
-        size, digest = self._write_payload(pt_path, manifest_path, envelope, step)
-        manifest: dict[str, Any] = {
-            "format": FORMAT,
-            "step": step,
-            "fingerprint": fingerprint,
-            "file": pt_path.name,
-            "size": size,
-            "sha256": digest,
-            "created": time.time(),
-            "campaign": self.campaign,
-            "job": self.job,
-            "key_id": _key_id(master),
-        }
-        manifest["mac"] = _manifest_mac(manifest, _job_key(master, self.campaign, self.job))
-        try:
-            with self._atomic_file(manifest_path) as file:
-                file.write(json.dumps(manifest, indent=1).encode())
-        except OSError as exc:
-            with contextlib.suppress(OSError):
-                pt_path.unlink()  # uncommitted: never loaded, and it takes space
-            raise self._write_failed(step, exc) from exc
-        self._prune()
-        return pt_path
-
-    def _write_payload(
-        self, pt_path: Path, manifest_path: Path, envelope: dict[str, Any], step: int
-    ) -> tuple[int, str]:
-        """Write the envelope to ``pt_path``; its size and sha256."""
-
-        def unvouch() -> None:
-            # An existing manifest for this step would vouch for the new payload's old checksum
-            # if we crashed between the two renames; drop it, but only once the new payload is
-            # safely on disk, so a failed write leaves the old checkpoint committed.
-            with contextlib.suppress(FileNotFoundError):
-                manifest_path.unlink()
-
+        staged: list[Path] = []
         writer: _HashingWriter | None = None
         try:
-            with self._atomic_file(pt_path, before_replace=unvouch) as file:
+            with self._staged(staged) as file:
                 writer = _HashingWriter(file)
                 # torch.save only calls write/flush on it; its stubs ask for a full IO[bytes]
                 torch.save(envelope, writer)  # type: ignore[arg-type]
+            manifest: dict[str, Any] = {
+                "format": FORMAT,
+                "step": step,
+                "fingerprint": fingerprint,
+                "file": pt_path.name,
+                "size": writer.size,
+                "sha256": writer.digest.hexdigest(),
+                "created": time.time(),
+                "campaign": self.campaign,
+                "job": self.job,
+                "key_id": _key_id(master),
+            }
+            manifest["mac"] = _manifest_mac(manifest, _job_key(master, self.campaign, self.job))
+            with self._staged(staged) as file:
+                file.write(json.dumps(manifest, indent=1).encode())
+            # Both files are durable: commit. A manifest already there for this step (damaged,
+            # or another job's) would vouch for the wrong payload between the renames; it goes
+            # first, and the manifest's rename is the commit point.
+            with contextlib.suppress(FileNotFoundError):
+                manifest_path.unlink()
+            os.replace(staged[0], pt_path)
+            os.replace(staged[1], manifest_path)
         except (OSError, RuntimeError) as exc:
+            for tmp in staged:
+                with contextlib.suppress(OSError):
+                    tmp.unlink()
             # torch's zip writer turns a failed write into RuntimeError("... unexpected pos").
             cause = writer.error if writer is not None and writer.error is not None else exc
             raise self._write_failed(step, cause) from exc
-        return writer.size, writer.digest.hexdigest()
+        _fsync_dir(self.directory)
+        return pt_path
+
+    def _intact(self, step: int, fingerprint: str) -> bool:
+        """Whether checkpoint ``step`` is this job's own and passes every check of a load."""
+        pt_path, manifest_path = self._paths(step)
+        if not (pt_path.exists() and manifest_path.exists()):
+            return False
+        try:
+            self._verify(CheckpointInfo(pt_path, step, None, None, None, None), fingerprint, "cpu")
+        except (_Skip, CheckpointError):
+            return False
+        return True
 
     def _write_failed(self, step: int, exc: BaseException) -> CheckpointError:
         try:
@@ -363,8 +446,12 @@ class CheckpointStore:
             pt_path, manifest_path = self._paths(step)
             if not pt_path.exists():
                 continue
-            manifest = _read_manifest(manifest_path)
-            infos.append(_info(pt_path, step, manifest))
+            if not os.path.lexists(manifest_path):
+                infos.append(
+                    CheckpointInfo(pt_path, step, None, None, None, None, has_manifest=False)
+                )
+                continue
+            infos.append(_info(pt_path, step, _read_manifest(manifest_path)))
         return infos
 
     def newest_step(self) -> int | None:
@@ -381,10 +468,13 @@ class CheckpointStore:
     ) -> tuple[dict[str, Any], int] | None:
         """Return ``(payload, step)`` of the newest intact checkpoint, or ``None`` if there is none.
 
-        Checkpoints without a manifest, whose manifest fails authentication, whose size or sha256
+        Checkpoints whose manifest is damaged or fails authentication, whose size or sha256
         disagree with it, or that fail to unpickle, are skipped with a warning naming the file,
         and the next older one is tried; :attr:`skipped` says which and why, for the caller to
-        report. Raises :class:`CheckpointError`, naming the file, for a checkpoint of a different
+        report, and :attr:`last_resume` sums it up. A payload without a manifest is an orphan
+        of a cut save, not a checkpoint: passed over silently (and removed by the next writer).
+        A save in progress is waited for (up to :data:`LOCK_WAIT_S`). Raises
+        :class:`CheckpointError`, naming the file, for a checkpoint of a different
         model (both fingerprints: resuming another model's weights, or silently starting over,
         would both be wrong), of another job, in the old format, whose key file is missing, for
         a file not owned by this user or writable by group or others, and for one that
@@ -396,20 +486,48 @@ class CheckpointStore:
         the key that *is* there is still skipped). :attr:`adopted` then says what was taken;
         one that nothing authenticated counts in :attr:`unauthenticated_loads`.
         """
+        return self._find(fingerprint, map_location, adopt)
+
+    def resume_point(self, fingerprint: str | None = None, *, adopt: bool = False) -> ResumePoint:
+        """Where :meth:`load_latest` resumes: the same walk and the same checks (each candidate's
+        manifest authenticated, its payload read, hashed and unpickled, then dropped), so the
+        answer is the step a rank will load. ``fingerprint`` None skips only the model check
+        (a driver does not know the model); a checkpoint of another model, job or format
+        raises :class:`CheckpointError` here as it would in the rank."""
+        self._find(fingerprint, "cpu", adopt)
+        assert self.last_resume is not None
+        return self.last_resume
+
+    def _find(
+        self, fingerprint: str | None, map_location: str | torch.device, adopt: bool
+    ) -> tuple[dict[str, Any], int] | None:
         self.skipped = []
         self.adopted = None
-        infos = list(reversed(self.list()))
-        if adopt:
-            # Own checkpoints first: a warm start stands in only until the job has its own.
-            infos.sort(key=lambda info: not self._claims_own(info))
-        for info in infos:
-            loaded = self._load_verified(info, fingerprint, map_location, adopt)
-            if loaded is not None:
-                payload, note = loaded
-                if note is not None:
-                    self.adopted = f"{info.path.name}: {note}"
-                    log.warning("starting from checkpoint %s: %s", info.path, note)
-                return payload, info.step
+        self.last_resume = None
+        with self._lock(exclusive=False, wait_s=LOCK_WAIT_S) as lock:
+            if lock == "busy":
+                log.warning(
+                    "a save in %s did not end within %.0f s; reading its checkpoints anyway",
+                    self.directory,
+                    LOCK_WAIT_S,
+                )
+            # An orphan was never committed: not a checkpoint, so not a damaged one either.
+            infos = [info for info in reversed(self.list()) if not info.orphan]
+            if adopt:
+                # Own checkpoints first: a warm start stands in only until the job has its own.
+                infos.sort(key=lambda info: not self._claims_own(info))
+            for info in infos:
+                loaded = self._load_verified(info, fingerprint, map_location, adopt)
+                if loaded is not None:
+                    payload, note = loaded
+                    if note is not None:
+                        self.adopted = f"{info.path.name}: {note}"
+                        log.warning("starting from checkpoint %s: %s", info.path, note)
+                    self.last_resume = ResumePoint(
+                        self.directory, info.step, tuple(self.skipped), self.adopted
+                    )
+                    return payload, info.step
+        self.last_resume = ResumePoint(self.directory, None, tuple(self.skipped))
         return None
 
     def _claims_own(self, info: CheckpointInfo) -> bool:
@@ -418,32 +536,43 @@ class CheckpointStore:
     def _load_verified(
         self,
         info: CheckpointInfo,
-        fingerprint: str,
+        fingerprint: str | None,
         map_location: str | torch.device,
         adopt: bool,
     ) -> tuple[dict[str, Any], str | None] | None:
         """The payload of ``info`` and why it was adopted (None: this job's own), or None
         (skipped, with a warning)."""
-        path = info.path
         try:
-            # Read again, checked: what list() saw is a hint, and may have changed since.
-            manifest = self._read_verified_manifest(path.with_suffix(".json"))
-            if manifest["step"] != info.step:
-                raise _Skip(f"its manifest is for step {manifest['step']}")
-            note, authenticated = self._vouch(path, manifest, adopt)
-            if manifest["fingerprint"] != fingerprint:
-                raise CheckpointError(
-                    f"checkpoint {path} is for a different model: its fingerprint is "
-                    f"{manifest['fingerprint']}, the model being trained has {fingerprint}. Use "
-                    f"another checkpoint_dir, or delete {self.directory} to start over."
-                )
-            payload = self._read_payload(path, manifest, map_location)
+            payload, note, authenticated = self._verify(info, fingerprint, map_location, adopt)
         except _Skip as skip:
-            self._skip(path, str(skip))
+            self._skip(info.path, str(skip))
             return None
         if not authenticated:
             self.unauthenticated_loads += 1
         return payload, note
+
+    def _verify(
+        self,
+        info: CheckpointInfo,
+        fingerprint: str | None,
+        map_location: str | torch.device,
+        adopt: bool = False,
+    ) -> tuple[dict[str, Any], str | None, bool]:
+        """Every check of a load: ``(payload, why adopted, authenticated)``; raises
+        :class:`_Skip` (damaged) or :class:`CheckpointError` (refused)."""
+        path = info.path
+        # Read again, checked: what list() saw is a hint, and may have changed since.
+        manifest = self._read_verified_manifest(path.with_suffix(".json"))
+        if manifest["step"] != info.step:
+            raise _Skip(f"its manifest is for step {manifest['step']}")
+        note, authenticated = self._vouch(path, manifest, adopt)
+        if fingerprint is not None and manifest["fingerprint"] != fingerprint:
+            raise CheckpointError(
+                f"checkpoint {path} is for a different model: its fingerprint is "
+                f"{manifest['fingerprint']}, the model being trained has {fingerprint}. Use "
+                f"another checkpoint_dir, or delete {self.directory} to start over."
+            )
+        return self._read_payload(path, manifest, map_location), note, authenticated
 
     def _read_verified_manifest(self, manifest_path: Path) -> dict[str, Any]:
         try:
@@ -564,29 +693,96 @@ class CheckpointStore:
         return steps
 
     @contextlib.contextmanager
-    def _atomic_file(
-        self, final: Path, before_replace: Callable[[], None] | None = None
-    ) -> Iterator[BinaryIO]:
-        """Yield a private temporary file that replaces ``final`` only if the block completes
-        (``before_replace`` runs once it is on disk, just before the rename)."""
+    def _staged(self, staged: _Paths) -> Iterator[BinaryIO]:
+        """Yield a private temporary file (its path appended to ``staged``), flushed and
+        fsynced when the block completes, removed when it fails."""
         fd, tmp_name = tempfile.mkstemp(
             dir=self.directory, prefix=f"{_TMP_PREFIX}{socket.gethostname()}-{os.getpid()}-"
         )
         tmp = Path(tmp_name)
+        staged.append(tmp)
         try:
             os.fchmod(fd, 0o600)
             with os.fdopen(fd, "wb") as file:
                 yield file
                 file.flush()
                 os.fsync(file.fileno())
-            if before_replace is not None:
-                before_replace()
-            os.replace(tmp, final)
         except BaseException:
             with contextlib.suppress(OSError):
                 tmp.unlink()
             raise
-        _fsync_dir(self.directory)
+
+    @contextlib.contextmanager
+    def _lock(self, *, exclusive: bool, wait_s: float) -> Iterator[str]:
+        """Hold the directory's lock (exclusive: to write; shared: to read) for the block.
+
+        Yields ``"held"``, ``"busy"`` (another process held it for all of ``wait_s``) or
+        ``"none"`` (no lock file can be made here, or the file system has no locks).
+        """
+        path = self.directory / LOCK_FILE_NAME
+        flags = os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+        fd: int | None = None
+        for mode in (os.O_RDWR | os.O_CREAT, os.O_RDONLY):
+            try:
+                fd = os.open(path, mode | flags, 0o600)
+                break
+            except OSError as exc:
+                if exc.errno == errno.ELOOP:
+                    raise CheckpointError(
+                        f"refusing the checkpoint lock {path}: it is a symbolic link"
+                    ) from exc
+        if fd is None:
+            yield "none"
+            return
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise CheckpointError(f"refusing the checkpoint lock {path}: not a regular file")
+            yield _flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH, wait_s)
+        finally:
+            os.close(fd)  # releases the lock
+
+    def remove_orphans(self, wait_s: float = 0.0) -> _Names:
+        """Remove the leftovers of cut saves (payloads without a manifest, manifests without
+        a payload, temporary files) once no save is in progress (waiting up to ``wait_s`` for
+        one to end; nothing is removed while one runs); their names (also added to
+        :attr:`orphans_removed`, and logged)."""
+        with self._lock(exclusive=True, wait_s=wait_s) as lock:
+            return self._sweep() if lock == "held" else []
+
+    def _sweep(self) -> _Names:
+        """:meth:`remove_orphans` with the exclusive lock held: no save is in progress, so
+        whatever a save leaves only until its commit is a leftover."""
+        removed = []
+        here = f"{_TMP_PREFIX}{socket.gethostname()}-"
+        entries = {entry.name: entry for entry in os.scandir(self.directory)}
+        for name, entry in sorted(entries.items()):
+            if entry.is_dir(follow_symlinks=False):
+                continue
+            match = _NAME.match(name)
+            if match:
+                sibling = f"ckpt-{match.group(1)}." + ("json" if match.group(2) == "pt" else "pt")
+                orphan = sibling not in entries
+            elif name.startswith(here):
+                pid_text = name[len(here) :].split("-", 1)[0]
+                orphan = not pid_text.isdigit() or not _pid_alive(int(pid_text))
+            elif name.startswith(_TMP_PREFIX):
+                orphan = _age(entry) > FOREIGN_TEMP_AGE_S  # another host's: its pid is not ours
+            else:
+                orphan = False
+            if orphan:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(entry.path)
+                    removed.append(name)
+        if removed:
+            _fsync_dir(self.directory)
+            self.orphans_removed += removed
+            log.warning(
+                "removed %d leftover file(s) of cut checkpoint saves from %s: %s",
+                len(removed),
+                self.directory,
+                ", ".join(removed),
+            )
+        return removed
 
     def _prune(self) -> None:
         # Only committed checkpoints count and go: a .pt without a manifest may be a file the
@@ -612,6 +808,31 @@ class CheckpointStore:
             if pid_text.isdigit() and not _pid_alive(int(pid_text)):
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(entry.path)
+
+
+def resume_step(
+    directory: str | Path,
+    *,
+    job: str = "",
+    campaign: str = "",
+    fingerprint: str | None = None,
+) -> ResumePoint:
+    """The step a rank of ``job`` will resume from in ``directory``: what
+    :meth:`CheckpointStore.load_latest` would load there, by the same checks, falling back past
+    damaged checkpoints (named in :attr:`ResumePoint.skipped`); ``step`` None is from scratch.
+
+    For the driver, which does not know the model: ``fingerprint`` None skips only that check.
+    Leftovers of cut saves are removed first (unless a save is in progress, which is waited
+    for). A directory that does not exist resumes from scratch. Raises
+    :class:`CheckpointError` where the rank's load would (another job's checkpoint, an
+    old-format one, a missing key, a file others could have written).
+    """
+    path = Path(directory).expanduser().resolve()
+    if not path.is_dir():
+        return ResumePoint(path, None)
+    store = CheckpointStore(path, job=job, campaign=campaign, create=False)
+    store.remove_orphans(wait_s=LOCK_WAIT_S)
+    return store.resume_point(fingerprint)
 
 
 # ---------------------------------------------------------------------- manifests
@@ -861,3 +1082,30 @@ def _pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def _age(entry: os.DirEntry[str]) -> float:
+    """Seconds since ``entry`` was last written (0 when it is gone)."""
+    try:
+        return time.time() - entry.stat(follow_symlinks=False).st_mtime
+    except OSError:
+        return 0.0
+
+
+def _flock(fd: int, operation: int, wait_s: float) -> str:
+    """Take ``flock(fd, operation)``, polling for up to ``wait_s``: ``"held"``, ``"busy"`` or
+    ``"none"`` (the file system does not lock)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            fcntl.flock(fd, operation | fcntl.LOCK_NB)
+            return "held"
+        except BlockingIOError:
+            pass
+        except OSError as exc:
+            if exc.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EINVAL):
+                return "none"
+            raise
+        if time.monotonic() >= deadline:
+            return "busy"
+        time.sleep(0.05)

@@ -135,7 +135,14 @@ def test_files_are_private_and_existing_directory_is_narrowed(tmp_path: Path) ->
     assert store.directory == directory.resolve()
     assert stat.S_IMODE(directory.stat().st_mode) == 0o700
     files = list(directory.iterdir())
-    assert len(files) == 4  # two payloads, two manifests, no temporaries
+    # two payloads, two manifests, the writers' lock, no temporaries
+    assert sorted(f.name for f in files if f.name.startswith("ckpt-")) == [
+        "ckpt-000000000001.json",
+        "ckpt-000000000001.pt",
+        "ckpt-000000000002.json",
+        "ckpt-000000000002.pt",
+    ]
+    assert len(files) == 5 and (directory / checkpoint.LOCK_FILE_NAME).is_file()
     for file in files:
         assert stat.S_IMODE(file.stat().st_mode) == 0o600, file
 
@@ -148,7 +155,7 @@ def test_new_directory_is_created_private(tmp_path: Path) -> None:
 def test_retention_keeps_newest(tmp_path: Path) -> None:
     store, fingerprint = _store_with_steps(tmp_path, [5, 1, 7, 3, 9], keep=2)
     assert [info.step for info in store.list()] == [7, 9]
-    assert sorted(p.name for p in store.directory.iterdir()) == [
+    assert sorted(p.name for p in store.directory.glob("ckpt-*")) == [
         "ckpt-000000000007.json",
         "ckpt-000000000007.pt",
         "ckpt-000000000009.json",
@@ -158,8 +165,19 @@ def test_retention_keeps_newest(tmp_path: Path) -> None:
     assert step == 9 and payload["marker"].item() == 9
 
 
-def test_saving_same_step_replaces_it(tmp_path: Path) -> None:
+def test_saving_a_committed_step_again_keeps_it_and_a_damaged_one_is_replaced(
+    tmp_path: Path,
+) -> None:
+    # A job's last save often repeats its last periodic one: the same commit. Rewriting it
+    # would leave a moment (between the two renames) in which that step is unreadable.
     store, fingerprint = _store_with_steps(tmp_path, [4])
+    before = store.list()[0].path.stat().st_ino
+    store.save({"marker": torch.tensor(-4)}, step=4, fingerprint=fingerprint)
+    payload, step = store.load_latest(fingerprint)
+    assert (step, payload["marker"].item()) == (4, 4)
+    assert store.list()[0].path.stat().st_ino == before
+    # A damaged one is no commit worth keeping: it is replaced.
+    store.list()[0].path.write_bytes(b"garbage")
     store.save({"marker": torch.tensor(-4)}, step=4, fingerprint=fingerprint)
     payload, step = store.load_latest(fingerprint)
     assert (step, payload["marker"].item()) == (4, -4)
@@ -196,15 +214,24 @@ def test_flipped_byte_is_detected_by_checksum(tmp_path: Path, caplog) -> None:
     assert str(newest) in caplog.text and "sha256" in caplog.text
 
 
-def test_missing_checksum_is_detected(tmp_path: Path, caplog) -> None:
+def test_a_payload_without_manifest_is_an_orphan_passed_over_then_removed(
+    tmp_path: Path, caplog
+) -> None:
     store, fingerprint = _store_with_steps(tmp_path, [1, 2, 3])
     newest = store.list()[-1]
-    newest.path.with_suffix(".json").unlink()
-    assert not next(info for info in store.list() if info.step == 3).committed
+    newest.path.with_suffix(".json").unlink()  # a save cut between its two renames
+    info = next(info for info in store.list() if info.step == 3)
+    assert info.orphan and not info.committed
+    payload, step = store.load_latest(fingerprint)
+    # Never committed, so not a damaged checkpoint: not counted among the skipped ones.
+    assert (step, payload["marker"].item()) == (2, 2) and store.skipped == []
+    assert store.last_resume == checkpoint.ResumePoint(store.directory, 2)
     with caplog.at_level(logging.WARNING, logger=LOGGER):
-        payload, step = store.load_latest(fingerprint)
-    assert (step, payload["marker"].item()) == (2, 2)
-    assert str(newest.path) in caplog.text and "checksum" in caplog.text
+        reopened = CheckpointStore(store.directory, keep=5)
+    assert reopened.orphans_removed == [newest.path.name]
+    assert not newest.path.exists()
+    assert "removed 1 leftover file(s) of cut checkpoint saves" in caplog.text
+    assert newest.path.name in caplog.text
 
 
 def test_damaged_manifest_is_skipped_not_taken_for_another_model(tmp_path: Path, caplog) -> None:
@@ -307,6 +334,12 @@ _WRITER = textwrap.dedent(
         pause("manifest")
         return dumps(*args, **kwargs)
     checkpoint.json.dumps = dumps_after_pause
+    replace = checkpoint.os.replace
+    def replace_then_pause(src, dst):
+        replace(src, dst)
+        if str(dst).endswith(".pt"):
+            pause("commit")
+    checkpoint.os.replace = replace_then_pause
 
     store = checkpoint.CheckpointStore(directory, keep=5)
     for step_now in (1, 2, 3):
@@ -317,9 +350,11 @@ _WRITER = textwrap.dedent(
 )
 
 
-@pytest.mark.parametrize("phase", ["payload", "manifest"])
+@pytest.mark.parametrize("phase", ["payload", "manifest", "commit"])
 def test_writer_killed_during_save_leaves_previous_checkpoint(tmp_path: Path, phase: str) -> None:
-    """SIGKILL while the payload is half written, or after it is renamed but before its manifest."""
+    """SIGKILL while the payload is half written, before the manifest is written, or between
+    the payload's rename and the manifest's (the commit point); the leftovers are removed when
+    the store next opens, and counted."""
     directory = tmp_path / "ckpt"
     writer = subprocess.Popen(
         [sys.executable, "-c", _WRITER, str(directory), phase], stdout=subprocess.PIPE, text=True
@@ -331,14 +366,17 @@ def test_writer_killed_during_save_leaves_previous_checkpoint(tmp_path: Path, ph
         writer.kill()
         writer.wait()
     names = sorted(p.name for p in directory.iterdir())
-    if phase == "payload":  # a torn temporary file, never a torn final file
-        assert any(name.startswith(".tmp-") for name in names), names
-        assert "ckpt-000000000003.pt" not in names
-    else:
+    leftovers = [name for name in names if name.startswith(".tmp-")]
+    if phase == "commit":  # the payload is in place, its manifest still a temporary file
         assert "ckpt-000000000003.pt" in names and "ckpt-000000000003.json" not in names
+        leftovers.append("ckpt-000000000003.pt")
+    else:  # a torn temporary file, never a torn final file
+        assert leftovers and "ckpt-000000000003.pt" not in names, names
     store = CheckpointStore(directory, keep=5)
+    assert sorted(store.orphans_removed) == sorted(leftovers)
+    assert not [p for p in directory.iterdir() if p.name in leftovers]
     payload, step = store.load_latest("f00d")
-    assert (step, payload["step"]) == (2, 2)
+    assert (step, payload["step"]) == (2, 2) and store.skipped == []
     assert bool((payload["data"] == 2.0).all())
 
 
@@ -412,9 +450,10 @@ def test_bad_arguments_are_named(tmp_path: Path) -> None:
         CheckpointStore(blocker / "sub")
 
 
-def test_a_stray_payload_without_manifest_is_never_deleted_nor_counted(tmp_path: Path) -> None:
-    # A higher-numbered .pt the store did not write (no manifest): with keep=1 it used to
-    # count as the newest, so each new checkpoint was deleted right after it was written.
+def test_a_stray_payload_without_manifest_is_removed_not_counted(tmp_path: Path) -> None:
+    # A higher-numbered .pt without a manifest: with keep=1 it used to count as the newest, so
+    # each new checkpoint was deleted right after it was written. It is an orphan: never a
+    # checkpoint; the next save removes it.
     store, fingerprint = _store_with_steps(tmp_path, [10], keep=1)
     stray = store.directory / "ckpt-000000009999.pt"
     stray.write_bytes(b"not ours")
@@ -422,8 +461,42 @@ def test_a_stray_payload_without_manifest_is_never_deleted_nor_counted(tmp_path:
         store.save({"marker": torch.tensor(step)}, step=step, fingerprint=fingerprint)
     payload, step = store.load_latest(fingerprint)
     assert (step, payload["marker"].item()) == (30, 30)
-    assert [info.step for info in store.list() if info.committed] == [30]
-    assert stray.read_bytes() == b"not ours"
+    assert [info.step for info in store.list()] == [30]
+    assert not stray.exists() and store.orphans_removed == [stray.name]
+
+
+def test_a_save_in_progress_is_waited_for_and_never_swept(tmp_path: Path) -> None:
+    store, _ = _store_with_steps(tmp_path, [1])
+    # Another process in the middle of a save: it holds the lock, its payload is in place
+    # and its manifest not yet.
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLD_LOCK, str(store.directory)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        in_flight = store.directory / "ckpt-000000000002.pt"
+        in_flight.write_bytes(b"being committed")
+        assert CheckpointStore(store.directory).orphans_removed == []  # not swept meanwhile
+        assert in_flight.exists()
+        holder.send_signal(signal.SIGUSR1)  # it lets go after a moment; the reader waits
+        point = checkpoint.resume_step(store.directory)
+        assert point.step == 1 and point.skipped == ()
+    finally:
+        holder.kill()
+        holder.wait()
+    assert not in_flight.exists()  # its writer died without committing: swept by resume_step
+
+
+_HOLD_LOCK = textwrap.dedent(
+    """
+    import fcntl, os, signal, sys, time
+    fd = os.open(os.path.join(sys.argv[1], ".parsl-malleable-checkpoint.lock"), os.O_RDWR)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    signal.signal(signal.SIGUSR1, lambda *_: (time.sleep(0.5), os._exit(0)))
+    print("locked", flush=True)
+    time.sleep(60)
+    """
+)
 
 
 def test_a_directory_of_another_user_is_explained_not_chmodded(tmp_path: Path) -> None:
@@ -470,8 +543,11 @@ def test_a_full_disk_fails_the_save_clearly_and_keeps_every_checkpoint(
         check=True,
     )
     message = done.stdout.strip()
-    assert message.startswith(f"could not write the checkpoint of step {step} to {directory}")
-    assert "File too large" in message and "the newest checkpoint kept is step 2" in message
+    if step == 2:  # committed and intact already: kept, nothing is written
+        assert message == ""
+    else:
+        assert message.startswith(f"could not write the checkpoint of step {step} to {directory}")
+        assert "File too large" in message and "the newest checkpoint kept is step 2" in message
     store = CheckpointStore(directory, keep=3)
     payload, loaded = store.load_latest("f00d")
     assert loaded == 2 and bool((payload["data"] == 2.0).all())

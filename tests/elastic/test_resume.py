@@ -60,7 +60,7 @@ def test_truncated_newest_checkpoint_falls_back_to_previous_good_one(tmp_path):
     # The driver hears of the fallback (ElasticJob.warnings reads this), not just the block's
     # stderr: which checkpoint was skipped, why, and where the job resumed.
     (warning,) = coordinator.warnings()
-    assert warning.startswith("resuming from step 20: skipped 1 newer checkpoint(s) in ")
+    assert warning.startswith("resuming from step 20: skipped 1 damaged checkpoint(s) in ")
     assert "ckpt-000000000022.pt: 100 bytes on disk" in warning and "truncated" in warning
     # The sample counter travelled in the checkpoint: two epochs, each sample once per epoch.
     assert second.value["samples_seen"] == 2 * 1347
@@ -114,3 +114,33 @@ def test_a_warm_start_from_a_folder_without_a_checkpoint_fails_the_job(tmp_path)
     assert isinstance(outcome, CheckpointError)
     assert f"warm_start_from={str(empty)!r}: {empty} holds no usable checkpoint" in str(outcome)
     assert coordinator.outcome == "aborted"
+
+
+def test_the_driver_and_the_rank_say_the_same_resume_step_when_every_checkpoint_is_damaged(
+    tmp_path, caplog
+):
+    """The driver's campaign.log line comes from resume_step, the rank's from its own load:
+    both say scratch, with the count of damaged checkpoints (the driver used to trust any
+    manifest and say "resumes from step 22" while the rank started over)."""
+    import logging
+
+    from parsl_malleable.campaign.runner import latest_checkpoint_step
+    from parsl_malleable.elastic.checkpoint import resume_step
+
+    job = "digits-a"
+    folder = tmp_path / job
+    policy = {"job": job, "campaign": "", "warm_start_from": None}
+    _, first = _run_job(folder, policy, epochs=1, batch_size=64)  # saves 10, 20, 22
+    assert isinstance(first, RankOutcome) and first.status == "finished"
+    assert resume_step(folder, job=job).step == 22
+    for info in CheckpointStore(folder).list():
+        info.path.write_bytes(info.path.read_bytes()[:100])
+    with caplog.at_level(logging.WARNING, logger="parsl_malleable"):
+        assert latest_checkpoint_step(folder) is None
+    driver = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("job "))
+    assert driver.startswith(f"job {job} starts from scratch: skipped 3 damaged checkpoint(s) in")
+    coordinator, second = _run_job(folder, policy, epochs=1, batch_size=64)
+    assert isinstance(second, RankOutcome) and second.status == "finished"
+    assert coordinator.epochs()[0]["start_step"] == 1  # it did start over
+    (warning,) = coordinator.warnings()
+    assert warning == "resuming from " + driver.removeprefix(f"job {job} starts from ")

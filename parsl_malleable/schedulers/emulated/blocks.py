@@ -1,8 +1,10 @@
 """The processes of one emulated block: one wrapped batch shell per virtual node.
 
 Each node's share runs under :mod:`.node_wrapper` in a session of its own, so a walltime or
-cancel can TERM (then KILL) the whole group of that node, while a signal for the batch shell
-goes to the wrapper, which passes it on to the shell only.
+cancel can TERM (then KILL, ``kill_grace_s`` later) the whole group of that node, while a signal
+for the batch shell goes to the wrapper, which passes it on to the shell only. When the driver
+dies, the wrappers end their groups themselves: TERM, then KILL once the group is empty or
+after :data:`~.node_wrapper.DRIVER_LOSS_GRACE_S`, so ranks can write their last checkpoint.
 """
 
 from __future__ import annotations

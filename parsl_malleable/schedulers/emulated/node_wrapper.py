@@ -6,11 +6,15 @@ and stays beside it to do what a node's daemon would:
 
 * signals sent to the wrapper (USR1 for a yield or the walltime warning) are passed on to the
   batch shell only: the worker pools in the group must not see USR1 (harvest/launch.py);
-* when the driver process that owns the site dies, even by SIGKILL, the whole group is
-  killed: the read end FD of the site's lifeline pipe hits end-of-file (the driver held the
-  only write end), and as a second sign the wrapper's parent changes (a child the driver
-  forked could keep the pipe open). Without this, a crashed driver would leave worker pools
-  running on this machine forever.
+* when the driver process that owns the site dies, even by SIGKILL, the whole group ends:
+  the read end FD of the site's lifeline pipe hits end-of-file (the driver held the only write
+  end), and as a second sign the wrapper's parent changes (a child the driver forked could keep
+  the pipe open). The group gets SIGTERM, then SIGKILL once every other process in it has
+  exited or after :data:`DRIVER_LOSS_GRACE_S`, whichever comes first: the grace lets a rank
+  finish the checkpoint it is writing, or write its last commit, before it goes (a rank that
+  loses its coordinator or gets SIGTERM saves and exits). Without this, a crashed driver would
+  leave worker pools running on this machine forever; without the grace, a save cut between
+  its payload and its manifest lost the steps since the previous checkpoint.
 
 Standard library only and run by path with ``-I -S``: it starts in tens of milliseconds and
 does not import the package.
@@ -35,7 +39,10 @@ FORWARDED = (
     signal.SIGALRM,
 )
 CHECK_S = 0.2  # how often the child and the parent are looked at
-ORPHAN_GRACE_S = 1.0  # TERM to KILL once the driver is gone
+# TERM to KILL once the driver is gone: long enough for a rank to write a checkpoint of a small
+# or medium model to a local or parallel file system. The same as the driver watchdog's grace
+# (parsl_malleable/watchdog.py, GRACE_S); the group is killed as soon as it is empty.
+DRIVER_LOSS_GRACE_S = 10.0
 
 _child: subprocess.Popen[bytes] | None = None
 
@@ -49,11 +56,36 @@ def _forward(signum: int, _frame: object) -> None:
             child.send_signal(signum)
 
 
-def _kill_group() -> None:
+def group_members(pgid: int) -> list[int]:
+    """Pids of the live (not zombie) processes in process group ``pgid``, from /proc."""
+    members = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as file:
+                stat = file.read().decode(errors="replace")
+        except OSError:
+            continue
+        # The command name (field 2) may hold spaces and parentheses: split after its last ')'.
+        fields = stat[stat.rindex(")") + 2 :].split()
+        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
+            members.append(int(name))
+    return members
+
+
+def _kill_group(grace_s: float = DRIVER_LOSS_GRACE_S) -> None:
+    """TERM the wrapper's group, wait until nothing but the wrapper is left in it (at most
+    ``grace_s``), then KILL the group, the wrapper included."""
+    me = os.getpid()
     with contextlib.suppress(ProcessLookupError):
         os.killpg(0, signal.SIGTERM)  # the wrapper's own handler just passes it on
-    until = time.monotonic() + ORPHAN_GRACE_S
-    while _child is not None and _child.poll() is None and time.monotonic() < until:
+    until = time.monotonic() + grace_s
+    while time.monotonic() < until:
+        if _child is not None:
+            _child.poll()  # reap the batch shell, so that it does not count as alive
+        if not [pid for pid in group_members(me) if pid != me]:
+            break
         time.sleep(0.05)
     os.killpg(0, signal.SIGKILL)  # ends the wrapper too
 
