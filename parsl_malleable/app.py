@@ -60,7 +60,16 @@ _job_numbers = itertools.count(1)
 
 
 class ElasticJobError(MalleableError):
-    """Training failed on a rank (user code raised) or the job could not run."""
+    """Training failed on a rank (user code raised) or the job could not run.
+
+    ``traceback``: where a training function raised, its formatted traceback as the rank saw
+    it (the user's file and line; the last
+    :data:`~parsl_malleable.elastic.settings.TRACEBACK_CHARS` characters), else "".
+    """
+
+    def __init__(self, message: str, traceback: str = "") -> None:
+        super().__init__(message)
+        self.traceback = traceback
 
 
 @boundary(ConfigError)
@@ -177,6 +186,7 @@ class ElasticJob:
         self._done = threading.Event()
         self._value: Any = None
         self._error: str | None = None
+        self._traceback = ""
         self._dfk = parsl.dfk()
 
     @property
@@ -217,10 +227,12 @@ class ElasticJob:
             self._value = value
             self._done.set()
 
-    def fail(self, message: str) -> None:
-        """The job cannot finish: its future raises :class:`ElasticJobError` with ``message``."""
+    def fail(self, message: str, traceback: str = "") -> None:
+        """The job cannot finish: its future raises :class:`ElasticJobError` with ``message``
+        (and ``traceback``, the failing rank's, where a training function raised)."""
         if not self._done.is_set():
             self._error = message
+            self._traceback = traceback
             self.coordinator.abort(message)
             self._done.set()
 
@@ -231,7 +243,7 @@ class ElasticJob:
                 # The DFK waits for its thread executor's tasks: end instead of blocking it.
                 self.fail("the Parsl DataFlowKernel is shutting down")
         if self._error is not None:
-            raise ElasticJobError(self._error)
+            raise ElasticJobError(self._error, traceback=self._traceback)
         return self._value
 
 

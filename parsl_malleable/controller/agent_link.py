@@ -23,10 +23,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import AfterValidator, Field
 
 from parsl_malleable.elastic.message_server import Connection, Limits, MessageServer
 from parsl_malleable.elastic.messages import Hello, Refusal, Request, parse
+from parsl_malleable.elastic.settings import keep_tail
 from parsl_malleable.elastic.wire import send_message
 
 logger = logging.getLogger(__name__)
@@ -79,13 +80,16 @@ class AgentHello(Request):
 
 
 class AgentReport(Request):
-    """The ranks an agent ran have ended: how (``status``) and why."""
+    """The ranks an agent ran have ended: how (``status``) and why (``traceback``: the
+    formatted traceback of a training function that raised, its last
+    :data:`~parsl_malleable.elastic.settings.TRACEBACK_CHARS` characters kept on receipt)."""
 
     op: Literal["done"]
     agent: Name
     job: str | None = None
     status: str
     reason: str = ""
+    traceback: Annotated[str, AfterValidator(lambda text: keep_tail(text))] = ""
 
 
 GREETING = {"hello": Hello}
@@ -106,7 +110,6 @@ class AgentServer(MessageServer):
         hello_timeout_s: float = 10.0,
         limits: Limits | None = None,
     ) -> None:
-        self.token = token
         self.on_hello = on_hello
         self.on_report = on_report
         self.on_gone = on_gone

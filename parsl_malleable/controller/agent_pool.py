@@ -62,7 +62,7 @@ class AgentPool:
         self,
         executor: HighThroughputExecutor,
         host: str,
-        token: str,
+        secret: str,
         ranks_per_node: int,
         lock: threading.RLock,
         *,
@@ -80,7 +80,7 @@ class AgentPool:
         self.warm = warm
         self.links: dict[str, AgentLink] = {}  # agent id -> its connection
         self.server: AgentServer | None = None
-        self._token = token
+        self._secret = secret  # the agent link's: never logged, out of every repr
         self._lock = lock
         self._tasks: dict[str, tuple[AppFuture, float]] = {}  # agent id -> task, sent when
         self._ran: dict[str, str] = {}  # agent id -> the job it last ran ranks of
@@ -95,7 +95,7 @@ class AgentPool:
 
     def serve(self, on_hello: OnHello, on_report: OnReport, on_gone: OnGone) -> AgentServer:
         """Start serving agents on ``host`` (a free port)."""
-        self.server = AgentServer((self.host, 0), self._token, on_hello, on_report, on_gone)
+        self.server = AgentServer((self.host, 0), self._secret, on_hello, on_report, on_gone)
         self.server.start()
         return self.server
 
@@ -248,7 +248,7 @@ class AgentPool:
             return
         for _ in range(count):
             spec = AgentSpec(
-                self.host, int(address[1]), self._token, uuid.uuid4().hex[:12], self.warm
+                self.host, int(address[1]), self._secret, uuid.uuid4().hex[:12], self.warm
             )
             future = self._agent_app(spec, catalogue)
             with self._lock:

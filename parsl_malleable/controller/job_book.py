@@ -50,8 +50,8 @@ class ControlledJob(Protocol):
     def complete(self, value: Any) -> None:
         """Rank 0 finished with ``value``."""
 
-    def fail(self, message: str) -> None:
-        """The job cannot finish; ``message`` says why."""
+    def fail(self, message: str, traceback: str = "") -> None:
+        """The job cannot finish; ``message`` says why (``traceback``: the failing rank's)."""
 
 
 class JobBook:
@@ -62,6 +62,7 @@ class JobBook:
         self.ended: dict[str, ControlledJob] = {}
         self._agent_errors: dict[str, str] = {}  # job -> how the last agent that ran it failed
         self._rank_errors: dict[str, str] = {}  # job -> what its training function last raised
+        self._rank_tracebacks: dict[str, str] = {}  # job -> the traceback of that
 
     def add(self, name: str, job: ControlledJob) -> None:
         self.running[name] = job
@@ -83,9 +84,17 @@ class JobBook:
         for job in list(self.running.values()):
             job.fail(message)
 
-    def rank_failed(self, name: str, reason: str) -> None:
-        """The training function of a rank of ``name`` raised (``reason``)."""
+    def rank_failed(self, name: str, reason: str, traceback: str = "") -> None:
+        """The training function of a rank of ``name`` raised (``reason``, ``traceback``):
+        the job is aborted unless it already ended or finished training (then
+        :meth:`settle` says what the function raised after training)."""
         self._rank_errors[name] = reason
+        self._rank_tracebacks[name] = traceback
+        job = self.running.get(name)
+        if job is not None:
+            # A rank that failed before it reached its coordinator (its function does not
+            # import on the worker) told nobody: without this the job would wait forever.
+            job.coordinator.abort(f"a rank failed: {reason}", traceback=traceback)
 
     def agent_failed(self, name: str, error: BaseException) -> None:
         """The task of an agent that ran ranks of ``name`` failed with ``error``."""
@@ -108,7 +117,10 @@ class JobBook:
         """
         outcome = job.coordinator.outcome
         if outcome == "aborted" and not job.ended:
-            job.fail(job.coordinator.abort_message or "training aborted")
+            job.fail(
+                job.coordinator.abort_message or "training aborted",
+                traceback=job.coordinator.abort_traceback,
+            )
         if outcome == "done" and not job.ended and not rank0_pending(name):
             self._finish_without_rank0(name, job)
         return job.ended
@@ -131,7 +143,8 @@ class JobBook:
             # Code after ``ctx.run`` failed: the copy is the loop's value, not the function's.
             job.fail(
                 f"training finished, but the training function then raised: {raised}; the "
-                f"final checkpoint is in {job.options.checkpoint_dir}"
+                f"final checkpoint is in {job.options.checkpoint_dir}",
+                traceback=self._rank_tracebacks.get(name, ""),
             )
             return
         why = self._agent_errors.get(name, "its worker was lost")

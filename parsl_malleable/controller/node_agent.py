@@ -28,7 +28,7 @@ import socket
 import threading
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from parsl_malleable.controller.functions import resolve_function
@@ -37,6 +37,7 @@ from parsl_malleable.elastic.settings import (
     RankOutcome,
     RankSettings,
     RankSpec,
+    failure_traceback,
 )
 from parsl_malleable.elastic.wire import CoordinatorClient, CoordinatorUnavailable, derive_secret
 
@@ -52,11 +53,14 @@ def coordinator_token(controller_secret: str, job: str) -> str:
 
 @dataclass(frozen=True)
 class AgentSpec:
-    """Where an agent finds its controller (picklable: it travels in the Parsl task)."""
+    """Where an agent finds its controller (picklable: it travels in the Parsl task).
+
+    ``token`` is the controller's secret: it is not in the repr, which Parsl logs at DEBUG
+    with the task's arguments (``parsl.log``)."""
 
     host: str
     port: int
-    token: str
+    token: str = field(repr=False)
     agent_id: str
     warm: bool = True
 
@@ -162,6 +166,18 @@ def end_process() -> None:
     os.kill(os.getpid(), signal.SIGTERM)
 
 
+def _run_rank(spec: RankSpec, payload: JobPayload) -> RankOutcome:
+    """Run one rank of ``payload``; a training function that raised is a ``failed`` outcome
+    with its traceback (the rank has told the coordinator already)."""
+    from parsl_malleable.elastic.rank import run_rank
+
+    try:
+        return run_rank(spec, resolve_function(payload.fn), payload.args, payload.kwargs)
+    except Exception as exc:
+        text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+        return RankOutcome(spec.member_id, "failed", reason=text, traceback=failure_traceback(exc))
+
+
 def run_agent(spec: AgentSpec, catalogue: dict[str, JobPayload]) -> AgentExit:
     """Body of an agent task: connect, then run ordered ranks until told to stop."""
     here = where_am_i()
@@ -183,8 +199,6 @@ def run_agent(spec: AgentSpec, catalogue: dict[str, JobPayload]) -> AgentExit:
                 return AgentExit(spec.agent_id, "refresh", job=job)
             if warm_up is not None:
                 warm_up.wait()
-            from parsl_malleable.elastic.rank import run_rank
-
             rank_spec = RankSpec(
                 host=str(order["host"]),
                 port=int(order["port"]),
@@ -194,14 +208,15 @@ def run_agent(spec: AgentSpec, catalogue: dict[str, JobPayload]) -> AgentExit:
                 local_rank=here["local_rank"],
                 device=bind_device(here["local_rank"]),
             )
-            try:
-                outcome = run_rank(
-                    rank_spec, resolve_function(payload.fn), payload.args, payload.kwargs
-                )
-            except Exception as exc:  # user code failed: the job is aborted, the agent lives
-                text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+            outcome = _run_rank(rank_spec, payload)
+            if outcome.status == "failed":  # the job is aborted; the agent lives
                 order = client.request(
-                    "done", agent=spec.agent_id, job=job, status="failed", reason=text
+                    "done",
+                    agent=spec.agent_id,
+                    job=job,
+                    status="failed",
+                    reason=outcome.reason,
+                    traceback=outcome.traceback,
                 )
                 continue
             if outcome.status == "finished" and outcome.rank == 0:

@@ -14,7 +14,7 @@ serves on its authenticated port, for Horovod its HTTP rendezvous behind a per-e
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 
@@ -27,7 +27,9 @@ class RendezvousInfo:
     port: int
     epoch: int
     world_size: int
-    extra: tuple[tuple[str, str], ...] = ()  # backend-specific settings, as key/value pairs
+    # Backend-specific settings, as key/value pairs; out of the repr, as Horovod's holds the
+    # epoch's rendezvous capability (a secret).
+    extra: tuple[tuple[str, str], ...] = field(default=(), repr=False)
 
 
 def info_to_json(info: RendezvousInfo) -> dict[str, Any]:

@@ -37,6 +37,7 @@ from parsl_malleable.elastic.coordinator_server import CoordinatorServer
 from parsl_malleable.elastic.kv_table import KV_OPS
 from parsl_malleable.elastic.kv_table import serve as serve_kv
 from parsl_malleable.elastic.membership import MemberRecord, Membership
+from parsl_malleable.elastic.settings import keep_tail
 from parsl_malleable.elastic.wire import send_message
 
 logger = logging.getLogger(__name__)
@@ -82,6 +83,7 @@ class Coordinator:
         self._liveness: dict[str, socket.socket] = {}
         self._server: CoordinatorServer | None = None
         self._threads: list[threading.Thread] = []
+        self._abort_traceback = ""
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -157,9 +159,17 @@ class Coordinator:
         """
         return self._membership.drain(member_ids, block_ids)
 
-    def abort(self, message: str) -> None:
-        """End the job with an error: waiting ranks exit, running ones exit at their next report."""
-        self._membership.abort(message)
+    def abort(self, message: str, traceback: str = "") -> None:
+        """End the job with an error: waiting ranks exit, running ones exit at their next report.
+
+        ``traceback``: the failing rank's formatted traceback, kept (its last
+        :data:`~parsl_malleable.elastic.settings.TRACEBACK_CHARS` characters) when this is the
+        abort that ends the job."""
+        with self._cond:
+            first = self._membership.outcome is None
+            self._membership.abort(message)
+            if first and traceback:
+                self._abort_traceback = keep_tail(traceback)
 
     @property
     def outcome(self) -> str | None:
@@ -185,6 +195,11 @@ class Coordinator:
     def abort_message(self) -> str | None:
         """Why the job was aborted, if it was."""
         return self._membership.abort_message
+
+    @property
+    def abort_traceback(self) -> str:
+        """The traceback of the rank failure that aborted the job ("" when none came with it)."""
+        return self._abort_traceback
 
     def members(self) -> list[MemberRecord]:
         """Copies of every member record, in registration order."""
@@ -359,7 +374,10 @@ class Coordinator:
         return {"ok": True}
 
     def _abort_from_rank(self, member_id: str, message: dict[str, Any]) -> dict[str, Any]:
-        self.abort(f"rank {member_id} failed: {message.get('error', '?')}")
+        self.abort(
+            f"rank {member_id} failed: {message.get('error', '?')}",
+            traceback=str(message.get("traceback") or ""),
+        )
         return {"ok": True}
 
     def _warn_from_rank(self, member_id: str, message: dict[str, Any]) -> dict[str, Any]:

@@ -426,6 +426,14 @@ def _base_url(info: RendezvousInfo) -> str:
     return f"http://{_url_host(info.host)}:{info.port}/{capability(info)}"
 
 
+def _redacted(url: str) -> str:
+    """``url`` with its capability (the first path segment) hidden: messages are logged."""
+    scheme, _, rest = url.partition("://")
+    where, _, path = rest.partition("/")
+    _capability, _, tail = path.partition("/")
+    return f"{scheme}://{where}/<capability>/{tail}"
+
+
 def _http(url: str, deadline: float, method: str = "GET", body: bytes | None = None) -> bytes:
     """One request to the controller, retried until ``deadline`` while it is unreachable."""
     while True:
@@ -439,12 +447,12 @@ def _http(url: str, deadline: float, method: str = "GET", body: bytes | None = N
                 # The server is started before its address is handed out, so a refusal means
                 # it was stopped: the epoch was superseded or the controller closed.
                 raise HorovodRendezvousError(
-                    f"the rendezvous server at {url} is gone (epoch superseded or controller "
-                    f"closed): {reason}"
+                    f"the rendezvous server at {_redacted(url)} is gone (epoch superseded or "
+                    f"controller closed): {reason}"
                 ) from exc
             if time.monotonic() > deadline:
                 raise HorovodRendezvousError(
-                    f"cannot reach the rendezvous server at {url}: {exc}"
+                    f"cannot reach the rendezvous server at {_redacted(url)}: {exc}"
                 ) from exc
             time.sleep(0.05)
 

@@ -28,7 +28,12 @@ from parsl_malleable.elastic.backend_registry import get_backend
 from parsl_malleable.elastic.checkpoint import CheckpointStore, describe_job
 from parsl_malleable.elastic.ddp import ElasticDDP
 from parsl_malleable.elastic.sampler import ElasticDistributedSampler
-from parsl_malleable.elastic.settings import RankOutcome, RankSettings, RankSpec
+from parsl_malleable.elastic.settings import (
+    RankOutcome,
+    RankSettings,
+    RankSpec,
+    failure_traceback,
+)
 from parsl_malleable.elastic.state import ElasticSampler, ElasticState, ResizeHook
 from parsl_malleable.elastic.wire import (
     MAX_LINE,
@@ -261,17 +266,35 @@ class RankContext:
             return self._run(loop, state)
         except CoordinatorUnavailable:
             # The driver is gone (killed, its host lost): nobody will hand this job's state
-            # to a new group, so rank 0 keeps the last commit on disk for the rerun.
-            if self.rank == 0 and state.has_commit:
+            # to a new group, so rank 0 keeps the last commit on disk for the rerun; so does
+            # any rank whose commit is newer than the disk's (rank 0 may have left in a
+            # change that never formed). Concurrent savers are safe: the store locks, and
+            # keeps a step already committed. The block's grace (TERM to KILL) covers this.
+            if state.has_commit and (self.rank == 0 or self._newer_than_disk(state)):
+                where = self._store.directory if self._store is not None else "nowhere"
+                logger.warning(
+                    "coordinator lost: saving the commit of step %d to %s before exiting",
+                    state.step,
+                    where,
+                )
                 saved = self._save_retrying(state)
                 if saved is not None:
                     logger.warning(
-                        "coordinator lost: saved the commit of step %d before exiting", saved
+                        "coordinator lost: saved the commit of step %d to %s before exiting",
+                        saved,
+                        where,
                     )
             raise
         finally:
             if previous is not None:
                 signal.signal(signal.SIGTERM, previous)
+
+    def _newer_than_disk(self, state: ElasticState) -> bool:
+        """Whether this rank's commit is newer than every checkpoint with a manifest."""
+        if self._store is None:
+            return False
+        newest = self._store.newest_step()
+        return newest is None or newest < state.step
 
     def _on_term(self, signum: int, _frame: object) -> None:
         # Slurm's notice to a preempted block (and a cancel's first signal): leave at the next
@@ -322,7 +345,9 @@ class RankContext:
         """Tell the coordinator that user code failed on this rank (ends the job)."""
         message = failure_message(error)
         try:
-            self._client.request("abort", member=self.member_id, error=message)
+            self._client.request(
+                "abort", member=self.member_id, error=message, traceback=failure_traceback(error)
+            )
         except Exception:
             logger.warning("could not report the failure to the coordinator")
 
@@ -430,10 +455,14 @@ class RankContext:
         found = self._load_from_disk(state.fingerprint) if self._store is not None else None
         if found is None:
             payload, step, where = state.snapshot(), 0, "scratch"
+            if self._store is not None:
+                where += f" (no usable checkpoint in {self._store.directory})"
         else:
             payload, step, directory = found
             where = f"the disk checkpoint of step {step} in {directory}"
-        logger.info("resuming from %s", where)
+        # A warning: the one line, in the worker's stderr (the block's output file), that says
+        # where this job's state came from after all its ranks were gone (a rerun, a crash).
+        logger.warning("resuming from %s", where)
         if step < self._known_step:
             self._warn(
                 f"resuming from {where}, behind step {self._known_step} that this job had "
@@ -467,12 +496,13 @@ class RankContext:
         self, store: CheckpointStore, fingerprint: str, *, adopt: bool, otherwise: str
     ) -> tuple[dict[str, Any], int, str] | None:
         loaded = store.load_latest(fingerprint, adopt=adopt)
-        if store.skipped:
-            start = f"step {loaded[1]}" if loaded is not None else otherwise
-            self._warn(
-                f"resuming from {start}: skipped {len(store.skipped)} newer "
-                f"checkpoint(s) in {store.directory}: " + "; ".join(store.skipped)
-            )
+        point = store.last_resume
+        if point is not None and point.skipped:
+            # The wording of resume_step's, which the driver logs: the two must agree.
+            described = point.describe()
+            if loaded is None and otherwise != "scratch":
+                described = otherwise + described.removeprefix("scratch")
+            self._warn(f"resuming from {described}")
         if loaded is None:
             return None
         payload, step = loaded
@@ -564,10 +594,7 @@ class RankContext:
         saved = self._save_retrying(state)
         if saved is not None:
             return {"saved_step": saved}
-        newest = self._store.newest_step() if self._store is not None else None
-        resumes = (
-            f"step {newest}, the newest checkpoint on disk" if newest is not None else "scratch"
-        )
+        resumes = self._disk_resume(state)
         error = (
             f"the job's newest commit, step {state.step}, was not saved when its last rank left "
             f"({self.last_save_error}); the next group resumes from {resumes}"
@@ -576,6 +603,19 @@ class RankContext:
         # save_error makes the failure part of the "left" event where the coordinator's
         # protocol declares it; the warning above reaches the driver either way.
         return {"saved_step": None, "save_error": error, "committed_step": state.step}
+
+    def _disk_resume(self, state: ElasticState) -> str:
+        """Where a group with no state in memory would resume from disk, in resume_step's
+        words (the same checks as the load)."""
+        if self._store is None:
+            return "scratch"
+        try:
+            point = self._store.resume_point(state.fingerprint)
+        except CheckpointError as exc:
+            return f"nothing: its checkpoints are refused ({exc})"
+        if point.step is not None and not point.skipped:
+            return f"step {point.step}, the newest checkpoint on disk"
+        return point.describe()
 
     def _finish(self, state: ElasticState, result: Any) -> None:
         self._finished_rank = self.rank

@@ -3,10 +3,14 @@ and the ``prepare`` hook a training function may carry.
 
 Plain dataclasses without torch, so that an agent can unpickle its task and say hello before it
 imports torch (controller/node_agent.py); :mod:`parsl_malleable.elastic.rank` re-exports them.
+
+A :class:`RankSpec` carries its job's coordinator token: the field is left out of the repr, so
+that Parsl's DEBUG log of task arguments and any log line that prints a spec never show it.
 """
 
 from __future__ import annotations
 
+import traceback
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -35,7 +39,7 @@ class RankSpec:
 
     host: str
     port: int
-    token: str
+    token: str = field(repr=False)
     settings: RankSettings = field(default_factory=RankSettings)
     member_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     local_rank: int = 0
@@ -44,9 +48,11 @@ class RankSpec:
 
 @dataclass
 class RankOutcome:
-    """How a rank task ended: ``finished`` (with the return value), ``left`` or ``exited``;
-    ``terminated`` when the rank left because its process was told to end (SIGTERM: a
-    preemption's notice), so that whoever runs it ends the process too."""
+    """How a rank task ended: ``finished`` (with the return value), ``left``, ``exited`` or
+    ``failed`` (the training function raised: ``reason`` in one line, ``traceback`` formatted,
+    its last :data:`TRACEBACK_CHARS` characters); ``terminated`` when the rank left because its
+    process was told to end (SIGTERM: a preemption's notice), so that whoever runs it ends the
+    process too."""
 
     member_id: str
     status: str
@@ -54,6 +60,35 @@ class RankOutcome:
     value: Any = None
     reason: str = ""
     terminated: bool = False
+    traceback: str = ""
+
+
+# A failing rank's traceback travels to the driver in one JSON line (wire.MAX_LINE is 1 MiB):
+# the last 16 KB hold the user's innermost frames and the exception, however deep the stack.
+TRACEBACK_CHARS = 16_000
+# One frame or exception message of a traceback at most: a huge message (a tensor printed in
+# full) must not push the frame that raised it out of the kept tail.
+CHUNK_CHARS = 2_000
+
+
+def keep_tail(text: str, limit: int = TRACEBACK_CHARS) -> str:
+    """``text``, or its last ``limit`` characters after a line saying how many were cut."""
+    if len(text) <= limit:
+        return text
+    return f"[... {len(text) - limit} characters cut ...]\n{text[-limit:]}"
+
+
+def _clip(chunk: str) -> str:
+    if len(chunk) <= CHUNK_CHARS:
+        return chunk
+    return f"{chunk[:CHUNK_CHARS]} [... {len(chunk) - CHUNK_CHARS} characters cut ...]\n"
+
+
+def failure_traceback(error: BaseException, limit: int = TRACEBACK_CHARS) -> str:
+    """The formatted traceback of ``error`` with the exceptions it was raised from, as Python
+    prints it (innermost frame last): each frame and message clipped to :data:`CHUNK_CHARS`,
+    the whole to its last ``limit`` characters."""
+    return keep_tail("".join(_clip(c) for c in traceback.format_exception(error)), limit)
 
 
 PREPARE_ATTRIBUTE = "__malleable_prepare__"
@@ -71,4 +106,13 @@ def prepared_by(prepare: Callable[..., Any]) -> Callable[[F], F]:
     return mark
 
 
-__all__ = ["PREPARE_ATTRIBUTE", "RankOutcome", "RankSettings", "RankSpec", "prepared_by"]
+__all__ = [
+    "PREPARE_ATTRIBUTE",
+    "TRACEBACK_CHARS",
+    "RankOutcome",
+    "RankSettings",
+    "RankSpec",
+    "failure_traceback",
+    "keep_tail",
+    "prepared_by",
+]
