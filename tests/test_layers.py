@@ -26,7 +26,8 @@ PACKAGE = "parsl_malleable"
 # kept in apps/ and installed as parsl_malleable.apps (pyproject.toml's package-dir).
 LAYERS: list[tuple[str, ...]] = [
     ("errors", "logs", "_lazy"),  # exception types, used by all; log handlers; lazy attributes
-    ("inputs", "snapshot", "data"),  # input checks; the scheduler snapshot; shipped traces
+    # input checks; the scheduler snapshot; shipped traces; private files; the dead-man switch
+    ("inputs", "snapshot", "data", "private_files", "watchdog"),
     ("traces",),  # trace readers, one schema
     ("sim",),  # the backfill simulator and queue planner
     ("windows", "schedulers", "allocate", "elastic"),  # prediction; live state; MILP; ranks

@@ -152,6 +152,9 @@ def run(
     logging.raiseExceptions = False
     # `kill PID` (SIGTERM) stops like Ctrl-C: jobs keep their state, blocks are cancelled.
     signal.signal(signal.SIGTERM, lambda *_: runner.stop())
+    # The run's files are the user's alone, the results and pictures written after it too
+    # (CampaignRunner.execute narrows the umask only while it runs; this process ends here).
+    os.umask(0o077)
     with Live(console=console, auto_refresh=False, transient=False) as live:
         if not interactive:
             live.stop()

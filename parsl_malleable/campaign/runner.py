@@ -4,7 +4,13 @@ The runner is the driver. It loads Parsl with the site's :class:`BackfillProvide
 controller with the campaign's policy, submits every job not finished yet (each resumes from the
 last checkpoint in its folder, if any), and samples the controller and the site once a second
 into the campaign's SQLite state, the live display and, at the end, the results table and
-pictures. A watchdog process (:mod:`.watchdog`) cleans up after the driver if it is killed.
+pictures. The driver's watchdog (:mod:`parsl_malleable.watchdog`) cleans up after it if it is
+killed: the controller keeps it told of the executor's interchange and blocks.
+
+The output folder is private (:func:`~parsl_malleable.private_files.private_dir`: created 0700; an
+existing one others can write is refused, one only they can read is narrowed), and everything the
+run creates is created without group or other bits (the run's umask is 077), Parsl's run
+directory and the logs that hold task arguments included.
 
 Before anything starts, the runner refuses what could never work: a job whose ``min_nodes`` is
 above what the site can lend (:func:`~.spec.check_site_fits`), and an output folder that holds
@@ -19,12 +25,14 @@ import os
 import sqlite3
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from parsl_malleable.campaign.driver_lock import DriverLock
 from parsl_malleable.campaign.sample import SiteCounts, job_sample, site_counts
 from parsl_malleable.campaign.spec import (
     Campaign,
@@ -34,17 +42,18 @@ from parsl_malleable.campaign.spec import (
     resolve_app,
 )
 from parsl_malleable.campaign.store import CampaignIdentity, CampaignStore, FolderNote
-from parsl_malleable.campaign.watchdog import Lifeline
-from parsl_malleable.errors import ConfigError
+from parsl_malleable.errors import ConfigError, MalleableError
 from parsl_malleable.harvest.site_profile import SiteProfile, load_profile, profile_from_mapping
 from parsl_malleable.logs import remove_logger, set_file_logger
+from parsl_malleable.private_files import private_dir
 from parsl_malleable.snapshot import Snapshot
+from parsl_malleable.watchdog import driver_watchdog
 
 logger = logging.getLogger(__name__)
 
 RUN_ENV = "PM_CAMPAIGN_RUN"  # inherited by every process a run starts; tests find them by it
-CANCEL_ARGV = {"slurm": ["scancel"], "pbs": ["qdel"]}
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+JOB_LOGS = "logs"  # logs/<job>.log in the output folder: a failed job's traceback
 RUN_DIR_LOG = "parsl_malleable.log"  # beside Parsl's parsl.log in runinfo/NNN/
 
 
@@ -140,13 +149,23 @@ def campaign_identity(campaign: Campaign, source: str) -> CampaignIdentity:
 
 
 def latest_checkpoint_step(folder: Path) -> int | None:
-    """The step of the newest checkpoint with a manifest in ``folder`` (None: none)."""
-    from parsl_malleable.elastic.checkpoint import CheckpointStore
+    """The step the job whose checkpoints are in ``folder`` (``checkpoints/<job>``) will resume
+    from, None for scratch: :func:`~parsl_malleable.elastic.checkpoint.resume_step`, the check
+    its rank's load makes, so the two messages agree. Damaged checkpoints passed over, and
+    checkpoints the rank will refuse, are logged here with their count and why."""
+    from parsl_malleable.elastic.checkpoint import CheckpointError, resume_step
 
-    if not folder.is_dir():
+    name = folder.name
+    try:
+        point = resume_step(folder, job=name)
+    except CheckpointError as exc:
+        logger.error("job %s cannot resume from its checkpoints: %s", name, exc)
         return None
-    steps = [info.step for info in CheckpointStore(folder).list() if info.sha256]
-    return max(steps) if steps else None
+    if point.step is None and point.damaged:
+        logger.warning("job %s starts from %s", name, point.describe())
+    elif point.damaged:
+        logger.warning("job %s resumes from %s", name, point.describe())
+    return point.step
 
 
 class CampaignRunner:
@@ -206,7 +225,11 @@ class CampaignRunner:
     def check_folder(self) -> FolderNote | None:
         """Whether this campaign may run into the output folder, reading it only (nothing is
         written into a folder that is refused); the note a run would log, or
-        :class:`~.store.FolderOwnedError`."""
+        :class:`~.store.FolderOwnedError`; :class:`~parsl_malleable.errors.UnsafePathError` for
+        an existing folder that another user can change (one only they can read is narrowed).
+        """
+        if self.output.exists() or self.output.is_symlink():
+            private_dir(self.output, what="output folder")
         if not (self.output / CampaignStore.FILE).is_file():
             return None
         store = CampaignStore(self.output, read_only=True)
@@ -241,9 +264,12 @@ class CampaignRunner:
     def execute(self) -> RunOutcome:
         """Run until every job ended, the time limit, or :meth:`stop`."""
         self.check_folder()  # again: the folder may have changed since the runner was made
-        self.output.mkdir(parents=True, exist_ok=True, mode=0o700)
-        self.store = store = CampaignStore(self.output)
+        private_dir(self.output, what="output folder")
         with ExitStack() as stack:
+            # Everything this run and the processes it starts create is the user's alone.
+            stack.callback(os.umask, os.umask(0o077))
+            stack.enter_context(DriverLock(self.output))
+            self.store = store = CampaignStore(self.output)
             stack.callback(store.close)
             note = store.claim(self.identity, adopt=self.adopt_folder)
             handler = set_file_logger(self.output / "campaign.log", format_string=LOG_FORMAT)
@@ -300,8 +326,11 @@ class CampaignRunner:
 
         assert self.store is not None
         os.environ[RUN_ENV] = f"{self.output.resolve()}#{self.run}"
-        lifeline = Lifeline(self.output / "lifeline.json")
-        lifeline.start()
+        # Started before Parsl: the interchange is listed the moment it exists.
+        watchdog = driver_watchdog()
+        run_dir = private_dir(
+            self.campaign.parsl.run_dir or self.output / "runinfo", what="Parsl run directory"
+        )
         provider = BackfillProvider(
             self.profile, label="harvest", script_dir=str(self.output / "blocks")
         )
@@ -309,7 +338,7 @@ class CampaignRunner:
         config = parsl_config(
             self.campaign.parsl,
             [htex],
-            run_dir=self.output / "runinfo",
+            run_dir=run_dir,
             workflow_name=self.identity.name,
         )
         policy = self.campaign.policy
@@ -333,19 +362,21 @@ class CampaignRunner:
                 run_log = set_file_logger(self.run_dir / RUN_DIR_LOG, format_string=LOG_FORMAT)
                 logger.info("Parsl run directory %s", self.run_dir)
                 if htex.interchange_proc is not None:
-                    lifeline.watch_process(htex.interchange_proc.pid)
+                    watchdog.watch_process(htex.interchange_proc.pid)
                 controller = configure(htex, settings=settings)
                 for name in todo:
                     self._submit(name)
-                return self._loop(controller, provider, lifeline)
+                return self._loop(controller, provider)
         finally:
             provider.close()
             parsl.clear()
-            lifeline.release()
+            watchdog.release()
             self.blocks = list(provider.history())
-            self._note_reclaims(provider)
-            if run_log is not None:
-                remove_logger(run_log)
+            try:
+                self._note_reclaims(provider)  # a store write: may fail on a full disk
+            finally:
+                if run_log is not None:
+                    remove_logger(run_log)
 
     def _note_reclaims(self, provider: Any) -> None:
         """The emulated site counts blocks it had to kill for a native job (a missed yield)."""
@@ -376,19 +407,16 @@ class CampaignRunner:
         if resumed is not None:
             logger.info("job %s resumes from its checkpoint at step %d", name, resumed)
 
-    def _loop(self, controller: Any, provider: Any, lifeline: Lifeline) -> str:
+    def _loop(self, controller: Any, provider: Any) -> str:
         assert self.store is not None
         limit = self.campaign.time_limit_s
         last = time.time()
-        cancel = CANCEL_ARGV.get(self.profile.scheduler)
         while True:
             self._stop.wait(self.sample_s)
             now = time.time()
             dt, last = now - last, now
             self._sample(controller, provider, now, dt)
             self.fail_jobs_larger_than_site(provider.last_snapshot)
-            if cancel:
-                lifeline.set_jobs(cancel, [b.job_id for b in provider.blocks()])
             self._collect_ended()
             if self.on_sample is not None:
                 self.on_sample(self)
@@ -455,13 +483,36 @@ class CampaignRunner:
                 result = job.future.result(timeout=60)
             except Exception as exc:  # the job's own failure, recorded for the table
                 error = f"{type(exc).__name__}: {exc}"
+                log = self._write_job_log(name, exc)
+                if log is not None:
+                    error += f" (traceback in {log})"
                 self.store.finish(name, self.run, error=error, warnings=warnings)
-                logger.warning("job %s failed: %s", name, exc)
+                logger.warning("job %s failed: %s", name, error)
             else:
                 self.store.finish(name, self.run, result=result, warnings=warnings)
                 logger.info("job %s done: %s", name, result)
             for text in warnings:
                 logger.warning("job %s: %s", name, text)
+
+    def _write_job_log(self, name: str, exc: BaseException) -> str | None:
+        """Append the failure of job ``name`` (the rank's traceback: the user's file and line,
+        else the driver's view of it) to ``logs/<name>.log``; its path relative to the output
+        folder, None when it could not be written (the error column then says what it can)."""
+        text = getattr(exc, "traceback", "") or "".join(
+            traceback.format_exception(type(exc), exc, exc.__traceback__)
+        )
+        relative = f"{JOB_LOGS}/{name}.log"
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+        try:
+            folder = private_dir(self.output / JOB_LOGS, what="job log folder")
+            flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
+            fd = os.open(folder / f"{name}.log", flags, 0o600)
+            with os.fdopen(fd, "a") as file:
+                file.write(f"{stamp} run {self.run}: job {name} failed: {exc}\n{text.rstrip()}\n\n")
+        except (OSError, MalleableError) as error:
+            logger.warning("job %s: cannot write its log %s: %s", name, relative, error)
+            return None
+        return relative
 
     @property
     def harvest_fraction(self) -> float | None:

@@ -35,12 +35,14 @@ from parsl_malleable.controller.agent_link import TERMINATED, AgentLink
 from parsl_malleable.controller.agent_pool import AgentPool
 from parsl_malleable.controller.blocks import BlockDiff, BlockSource, ProviderBlocks, block_key
 from parsl_malleable.controller.core import ControllerCore, CoreSettings
+from parsl_malleable.controller.driver_cleanup import track_executor
 from parsl_malleable.controller.job_book import ControlledJob, JobBook
 from parsl_malleable.controller.model import DrainRanks, JobSpec, StartRanks
 from parsl_malleable.controller.node_agent import coordinator_token
 from parsl_malleable.controller.phases import BlockPhase, EpochReader, MemberPlace, PhaseLog
 from parsl_malleable.errors import ConfigError
 from parsl_malleable.inputs import safe_name
+from parsl_malleable.watchdog import Watchdog, driver_watchdog
 
 logger = logging.getLogger(__name__)
 
@@ -83,13 +85,15 @@ class Controller:
         if source is None and hasattr(executor.provider, "blocks"):
             source = ProviderBlocks(executor.provider)
         self.source = source
-        self._token = secrets.token_hex(16)
+        # The agent link's secret; each job's coordinator token is derived from it. Kept out of
+        # every repr, log line and file: whoever holds it can act as an agent or a rank.
+        self._secret = secrets.token_hex(16)
         self._lock = threading.RLock()
         self.jobs = JobBook()
         self.agents = AgentPool(
             executor,
             self.host,
-            self._token,
+            self._secret,
             self.ranks_per_node,
             self._lock,
             start_timeout_s=agent_start_timeout_s,
@@ -106,6 +110,7 @@ class Controller:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._watchdog: Watchdog | None = None  # this process's, once started
         self._dfk = parsl.dfk()
         if self.source is not None:
             self.source.attach(self._wake.set)
@@ -122,6 +127,9 @@ class Controller:
         with self._lock:
             if self._thread is not None:
                 return
+            # Nothing this executor started may outlive the driver, whatever its provider.
+            self._watchdog = driver_watchdog()
+            track_executor(self._watchdog, self.executor)
             server = self.agents.serve(self._on_hello, self._on_report, self._on_gone)
             self._thread = threading.Thread(
                 target=self._run, name=f"controller-{self.executor.label}", daemon=True
@@ -137,7 +145,7 @@ class Controller:
 
     def job_token(self, name: str) -> str:
         """The coordinator token of job ``name`` (agents derive the same from their spec)."""
-        return coordinator_token(self._token, name)
+        return coordinator_token(self._secret, name)
 
     def register(self, job: ControlledJob, spec: JobSpec) -> None:
         """Schedule ``job`` (called by ``@malleable_app``)."""
@@ -266,7 +274,9 @@ class Controller:
             if report.get("status") == "failed":
                 logger.warning("rank of job %s failed: %s", job, report.get("reason"))
                 if job is not None:
-                    self.jobs.rank_failed(job, str(report.get("reason")))
+                    self.jobs.rank_failed(
+                        job, str(report.get("reason")), str(report.get("traceback") or "")
+                    )
             if report.get("status") == TERMINATED:
                 # Its worker pool got SIGTERM (a preemption): HTEX lists the pool until its
                 # heartbeats time out, and an agent sent there meanwhile would be lost with it.
@@ -295,6 +305,9 @@ class Controller:
                     self.jobs.fail_all("the Parsl DataFlowKernel is shutting down")
                 break
             try:
+                # Before the tick: the watchdog must know of a block as soon as it exists.
+                if self._watchdog is not None:
+                    track_executor(self._watchdog, self.executor)
                 self.tick()
             except Exception:  # the loop must survive anything one tick meets
                 logger.exception("controller tick failed")

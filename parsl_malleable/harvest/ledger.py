@@ -90,7 +90,9 @@ class BlockInfo:
     """What the controller needs to know about one live block.
 
     ``block_id`` is Parsl's block id (the ``PARSL_WORKER_BLOCK_ID`` its workers see), ``job_id``
-    the scheduler's, ``deadline`` the Unix time its walltime ends (None while pending).
+    the scheduler's, ``deadline`` the Unix time its walltime ends (None while pending);
+    ``id_checked`` is False while ``job_id`` is a printed id no lookup has confirmed (it may be
+    another job's: nothing may cancel it).
     """
 
     block_id: str
@@ -101,6 +103,7 @@ class BlockInfo:
     deadline: float | None
     phase: Phase
     submitted_at: float | None = None
+    id_checked: bool = True
 
     @classmethod
     def of(cls, job: JobRecord) -> BlockInfo:
@@ -114,6 +117,7 @@ class BlockInfo:
             deadline=job.deadline,
             phase=job.phase,
             submitted_at=job.submitted_at,
+            id_checked=job.checked,
         )
 
 

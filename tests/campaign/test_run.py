@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 
 from apps.digits import load_data
+from parsl_malleable.campaign.driver_lock import driver_running
 from tests.campaign import runs
 from tests.provider.conftest import wait_for
 from tests.schedulers.conftest import SlurmCluster
@@ -179,4 +180,5 @@ def test_sigterm_stops_the_run_cleanly_and_keeps_it_resumable(
     assert (output / "results.csv").exists()
     # A clean stop cleaned up itself: the watchdog had nothing to do, no process is left.
     assert wait_for(lambda: not runs.processes_of(output, 1), 30), runs.processes_of(output, 1)
-    assert not (output / "lifeline.json").exists()
+    # ... and the driver's lock went with it: status no longer says it runs.
+    assert not driver_running(output)
