@@ -20,9 +20,6 @@ TESTS = Path(__file__).resolve().parent
 
 # (file relative to tests/, function) -> why its sleep is the workload, not a wait.
 WORKLOADS: dict[tuple[str, str], str] = {
-    ("campaign/test_watchdog.py", "_hang"): "the hung child the watchdog must kill",
-    ("elastic/test_driver_loss.py", "_driver"): "a driver that lives until the test kills it",
-    ("elastic/test_checkpoint.py", "slow_write"): "a save that hangs, for the watchdog test",
     ("provider/fake_pbs.py", "mom"): "the stand-in MoM's own pace (run request, exiting state)",
 }
 
@@ -95,3 +92,22 @@ def test_the_reader_finds_what_it_forbids(tmp_path: Path) -> None:
     )]  # fmt: skip
     assert outside == [3]
     assert _never_true_wait(ast.parse("wait_for(lambda: False, 5)").body[0].value)  # type: ignore[attr-defined]
+
+
+def test_every_listed_workload_still_exists() -> None:
+    """A stale entry (its file or function renamed) would excuse whatever sleep comes next."""
+    missing = []
+    for rel, function in WORKLOADS:
+        path = TESTS / rel
+        names = (
+            {
+                n.name
+                for n in ast.walk(ast.parse(path.read_text()))
+                if isinstance(n, ast.FunctionDef)
+            }
+            if path.is_file()
+            else set()
+        )
+        if function not in names:
+            missing.append(f"{rel}:{function}")
+    assert missing == []
