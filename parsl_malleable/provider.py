@@ -236,6 +236,12 @@ class BackfillProvider(Launching, YieldStep, ExecutionProvider, RepresentationMi
         ``auto`` a multiple of the measured start-up (:attr:`startup_s`)."""
         return self.profile.block_floor_s(self.startup_s)
 
+    @property
+    def gave_up(self) -> str:
+        """Why the provider stopped launching blocks (``max_consecutive_failures`` failed in a
+        row); empty while it launches."""
+        return self._gave_up
+
     def history(self) -> list[JobRecord]:
         """Copies of every job record, in submission order."""
         with self._lock:

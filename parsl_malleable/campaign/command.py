@@ -192,6 +192,8 @@ def run(
             f"run {outcome.run}: {outcome.outcome}; {len(outcome.done)} done, "
             f"{len(outcome.failed)} failed of {total}"
         )
+        if runner.stop_reason:
+            console.print(f"  {runner.stop_reason}", markup=False, soft_wrap=True)
         if runner.run_dir is not None:
             console.print(f"  Parsl run directory {runner.run_dir}")
     for path in files:

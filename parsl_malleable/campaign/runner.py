@@ -219,6 +219,7 @@ class CampaignRunner:
         self._site_size_checked = False
         self._stop = threading.Event()
         self.run_dir: Path | None = None  # Parsl's run directory of this run, once loaded
+        self.stop_reason = ""  # why the run stopped before its jobs ended, when it says why
         # The provider's job records (its blocks) of this run, complete once the run has ended.
         self.blocks: list[Any] = []
 
@@ -424,6 +425,14 @@ class CampaignRunner:
                 return "finished"
             if self._stop.is_set():
                 return "interrupted"
+            if provider.gave_up:
+                # No block will come: waiting for the time limit would only hide why.
+                self.stop_reason = (
+                    f"no more blocks: {provider.gave_up}; each block's output (why its workers "
+                    f"exited) is in {provider.script_dir}; unfinished jobs can resume"
+                )
+                logger.error("%s", self.stop_reason)
+                return "blocks failing"
             if limit is not None and now - self.started > limit:
                 logger.warning("time limit of %.0f s reached; unfinished jobs can resume", limit)
                 return "time limit"

@@ -1,5 +1,6 @@
-"""scripts/kill-loop with 3 kill -9s of a real training campaign: no committed step lost,
-nothing left running 60 s after each kill, every resume message true (#34)."""
+"""scripts/kill-loop with 2 kill -9s of a real training campaign: no committed step lost,
+nothing left running 60 s after each kill, every resume message true (#34). Two kills keep the
+suite's time; the script's longer runs (``--kills 20``) are recorded in docs/benchmarks.md."""
 
 from __future__ import annotations
 
@@ -13,21 +14,21 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.slow
-def test_three_kills_of_the_driver_lose_no_committed_step_and_leave_nothing(tmp_path: Path) -> None:
+def test_two_kills_of_the_driver_lose_no_committed_step_and_leave_nothing(tmp_path: Path) -> None:
     done = subprocess.run(
         [
             sys.executable,
             str(REPO / "scripts/kill-loop"),
             "--kills",
-            "3",
+            "2",
             "--seed",
             "3",
             "--work",
             str(tmp_path),
             "--min-delay",
-            "15",
+            "12",
             "--max-delay",
-            "35",
+            "25",
         ],
         capture_output=True,
         text=True,
@@ -35,7 +36,7 @@ def test_three_kills_of_the_driver_lose_no_committed_step_and_leave_nothing(tmp_
         check=False,
     )
     out = done.stdout
-    assert "kills: 3;" in out, out + done.stderr[-3000:]
+    assert "kills: 2;" in out, out + done.stderr[-3000:]
     assert "committed steps lost: 0 " in out, out
     assert "rounds with processes left after 60 s: 0;" in out, out
     assert "resume messages that disagree: 0" in out, out

@@ -10,9 +10,11 @@ from __future__ import annotations
 import base64
 import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -130,12 +132,26 @@ def _cert_secrets(run_dirs: list[Path]) -> dict[str, tuple[str, Path]]:
     return keys
 
 
-def test_no_file_the_run_writes_holds_a_secret_or_is_open_to_others(tmp_path):
+@pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    """A private TMPDIR with a short path: a worker pool's multiprocessing manager puts its
+    socket under TMPDIR, and a socket path has at most 107 bytes; pytest's folder for this test
+    is long enough (``pytest-136/popen-gw0/...``) that every block failed with "AF_UNIX path too
+    long"."""
+    folder = Path(tempfile.mkdtemp(prefix="pm-secrets-"))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_no_file_the_run_writes_holds_a_secret_or_is_open_to_others(tmp_path, short_tmp):
     campaign = _campaign(tmp_path)
     output = tmp_path / "out"
-    private = {name: tmp_path / name for name in ("tmp", "runtime", "home")}
+    private = {name: tmp_path / name for name in ("runtime", "home")}
     for folder in private.values():
         folder.mkdir(mode=0o700)
+    private["tmp"] = short_tmp
     env = {
         **runs.env(),
         "TMPDIR": str(private["tmp"]),
@@ -143,14 +159,18 @@ def test_no_file_the_run_writes_holds_a_secret_or_is_open_to_others(tmp_path):
         "HOME": str(private["home"]),
     }
     began = time.time()
-    driver = subprocess.run(
-        [sys.executable, "-c", DRIVER, "run", str(campaign), "-o", str(output), "--quiet"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=480,
-        cwd=tmp_path,
-    )
+    try:
+        driver = subprocess.run(
+            [sys.executable, "-c", DRIVER, "run", str(campaign), "-o", str(output), "--quiet"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=480,
+            cwd=tmp_path,
+        )
+    except subprocess.TimeoutExpired as hung:
+        log = hung.stderr.decode(errors="replace") if isinstance(hung.stderr, bytes) else ""
+        pytest.fail(f"the run did not end in 480 s; the end of its DEBUG log:\n{log[-8000:]}")
     try:
         assert driver.returncode == 0, driver.stderr[-6000:]
         line = next(x for x in driver.stdout.splitlines() if x.startswith(LEARNED))

@@ -20,10 +20,16 @@ pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
 
 _WHERE = """
-def where(i):
+def where(i, gate=None):
     import os
     import time
 
+    # A later app holds its worker until the test opens the gate (the yielded blocks are
+    # gone), so it cannot finish on a block that was there before the yield however fast
+    # the yield comes; a bound keeps a lost gate from hanging the worker for ever.
+    deadline = time.monotonic() + 300
+    while gate is not None and not os.path.exists(gate) and time.monotonic() < deadline:
+        time.sleep(0.2)
     time.sleep(0.5)
     return (
         i,
@@ -34,7 +40,7 @@ def where(i):
 """
 
 
-def _where() -> Callable[[int], tuple[int, str | None, str | None, str | None]]:
+def _where() -> Callable[..., tuple[int, str | None, str | None, str | None]]:
     """Where a task ran: the Slurm node and job, and the Parsl block. The workers cannot
     import this test module, so the function lives in a namespace of its own and is shipped
     by value."""
@@ -63,19 +69,27 @@ def test_python_apps_finish_while_blocks_come_and_go(
     config = Config(
         executors=[htex], run_dir=str(tmp_path / "runinfo"), retries=3, strategy_period=1
     )
+    gate = tmp_path / "yielded"
     with parsl.load(config):
         first = [where(i) for i in range(6)]
         before = [f.result(timeout=120) for f in first]
         # The native job ends early: the 6-node job can start now, our blocks are in its way.
-        later = [where(i) for i in range(6, 30)]
+        later = [where(i, str(gate)) for i in range(6, 30)]
         run_slurm(natives.cluster, "scancel", running)
+        first_blocks = {r[2] for r in before}
+
+        def first_blocks_gone() -> bool:
+            ended = {r.job_id for r in provider.history() if r.end_state is not None}
+            return first_blocks <= ended
+
+        assert wait_for(first_blocks_gone, 180), "the blocks did not leave for the 6-node job"
+        gate.touch()
         after = [f.result(timeout=240) for f in later]
         assert not htex.bad_state_is_set
     results = before + after
     assert sorted(r[0] for r in results) == list(range(30))
     assert all(r[1] in natives.cluster.nodes for r in results)  # ran inside Slurm jobs
-    first_jobs = {r[2] for r in before}
-    assert {r[2] for r in after} - first_jobs, "no app ran on a block submitted after the yield"
+    assert {r[2] for r in after} - first_blocks, "no app ran on a block submitted after the yield"
     assert {r[3] for r in results} <= {"0", "1"}
     history = provider.history()
     yielded = [r for r in history if r.cancel_reason is CancelReason.YIELD]

@@ -1,0 +1,41 @@
+"""A run whose blocks all fail (a broken ``worker_init``, a TMPDIR too long for the worker
+pool's socket, a missing module on the nodes) ends as soon as the provider stops launching,
+saying why and where the blocks' output is, instead of waiting for its time limit."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.campaign import runs
+
+pytestmark = pytest.mark.slow
+
+
+def test_a_run_whose_blocks_keep_failing_ends_at_once_and_says_where_to_look(tmp_path: Path):
+    campaign = runs.small_demo(tmp_path)
+    data = yaml.safe_load(campaign.read_text())
+    data["site_overrides"]["worker_init"] = "echo 'broken on purpose' >&2; exit 3"
+    data["time_limit_s"] = 900
+    campaign.write_text(yaml.safe_dump(data))
+    output = tmp_path / "out"
+    began = time.monotonic()
+    done = runs.run(campaign, output)
+    took = time.monotonic() - began
+    assert done.returncode == 3, done.stderr[-4000:]
+    assert took < 300, f"the run waited {took:.0f} s for blocks that could not come"
+    said = done.stdout + done.stderr
+    assert "no more blocks: 3 blocks failed in a row" in said, said[-3000:]
+    assert "unfinished jobs can resume" in said
+    outcome = runs.query(output, "SELECT value FROM meta WHERE key = 'run1_outcome'")
+    assert outcome == [("blocks failing",)]
+    # The place the message names holds the blocks' output, with the reason in it.
+    script_dir = next(p for p in output.rglob("submit_scripts") if p.is_dir())
+    assert str(script_dir) in said
+    outputs = [p.read_text() for p in script_dir.glob("*.out")]
+    assert outputs and any("broken on purpose" in text for text in outputs)
+    statuses = {status for (status,) in runs.query(output, "SELECT status FROM jobs")}
+    assert "done" not in statuses
