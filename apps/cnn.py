@@ -20,7 +20,7 @@ from parsl_malleable.elastic.rank import RankContext
 from parsl_malleable.elastic.sampler import ElasticDistributedSampler
 from parsl_malleable.elastic.state import ElasticState
 
-from .digits import accuracy, load_data, make_optimizer
+from .digits import accuracy, load_data, make_optimizer, micro_batch_of
 from .precision import Precision
 
 
@@ -57,16 +57,22 @@ def train_elastic(
     accumulate: int = 1,
     num_workers: int = 0,
     step_delay_s: float = 0.0,
+    micro_batch: int | None = None,
 ) -> dict[str, Any]:
     """Train the CNN with DDP over whatever ranks the job has; returns test accuracy.
 
-    ``precision`` (``fp32``, ``bf16``, ``fp16``), ``accumulate`` and ``num_workers`` as in
-    :func:`parsl_malleable.apps.digits.train_ddp`; ``lr`` is one rank's (scaled with the world).
+    ``batch_size`` (the global batch), ``precision`` (``fp32``, ``bf16``, ``fp16``),
+    ``micro_batch``, ``accumulate`` and ``num_workers`` as in
+    :func:`parsl_malleable.apps.digits.train_ddp`; ``lr`` is the global batch's, not scaled
+    with the world (unless the job's ``batch="per_rank"``).
     """
     x_tr, y_tr, x_te, y_te = load_images()
     model = make_model(channels, seed).to(ctx.device)  # + the rank's device
     optimizer, scheduler = make_optimizer(model, lr, epochs)
-    sampler = ElasticDistributedSampler(len(x_tr), batch_size, seed=seed)  # + DistributedSampler
+    micro = micro_batch_of(batch_size, accumulate, micro_batch)
+    sampler = ElasticDistributedSampler(  # + DistributedSampler
+        len(x_tr), batch_size, seed=seed, micro_batch=micro
+    )
     data = TensorDataset(x_tr, y_tr)
     # persistent: a rank forks its workers once, not again after every regroup
     loader = DataLoader(
@@ -77,25 +83,20 @@ def train_elastic(
     state = ctx.state(model, optimizer, scheduler, sampler=sampler, scaler=amp.scaler)  # +
 
     def loop(state: ElasticState) -> dict[str, Any]:  # +
-        micro = 0
         while sampler.epoch < epochs:
             for x, y in loader:
                 x, y = x.to(ctx.device), y.to(ctx.device)
-                if micro == 0:
+                if sampler.micro == 0:
                     optimizer.zero_grad()
-                micro += 1
-                last = micro == accumulate
-                with contextlib.nullcontext() if last else ddp.no_sync():
+                with contextlib.nullcontext() if sampler.last_micro() else ddp.no_sync():
                     with amp.autocast():
-                        loss = F.cross_entropy(ddp(x), y) / accumulate
+                        loss = F.cross_entropy(ddp(x), y) * sampler.loss_weight()
                     amp.backward(loss)
                 epoch = sampler.epoch
-                sampler.advance()  # +
-                if sampler.epoch != epoch:
-                    scheduler.step()
-                if last:
+                if sampler.advance():  # + the global step is complete
                     amp.step(optimizer)
-                    micro = 0
+                    if sampler.epoch != epoch:
+                        scheduler.step()
                     if step_delay_s:
                         time.sleep(step_delay_s)
                     state.commit()  # +

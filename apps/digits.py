@@ -119,6 +119,14 @@ def make_model(hidden: tuple[int, ...] = (128,), seed: int = 0) -> nn.Sequential
     return nn.Sequential(*layers)
 
 
+def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> dict[str, float]:
+    """``test_loss`` and ``test_accuracy`` of ``model`` on ``(x, y)``: what the apps report."""
+    with torch.no_grad():
+        logits = model(x)
+        hits = (logits.argmax(dim=1) == y).float().mean()
+        return {"test_loss": float(F.cross_entropy(logits, y)), "test_accuracy": float(hits)}
+
+
 def accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
     """Fraction of ``x`` classified as ``y``."""
     with torch.no_grad():
@@ -130,14 +138,25 @@ def make_optimizer(
 ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
     """SGD with momentum and weight decay, cosine decay over ``epochs`` (stepped per epoch).
 
-    ``lr`` is the rate of one rank; the runtime scales it linearly with the world size. The
-    decay to zero makes the final accuracy depend little on the batch sizes used on the way.
+    ``lr`` is the rate of the global batch, used as is at any world size (with the job option
+    ``batch="per_rank"``, the rate of one rank, scaled linearly with the world size).
     """
     optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9, weight_decay=1e-4)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda epoch: 0.5 * (1.0 + math.cos(math.pi * epoch / epochs))
     )
     return optimizer, scheduler
+
+
+def micro_batch_of(batch_size: int, accumulate: int, micro_batch: int | None) -> int | None:
+    """The sampler's ``micro_batch``: ``micro_batch`` if given, else ``batch_size / accumulate``
+    rounded up (``accumulate`` micro-batches per step on one rank; fewer on more ranks, whose
+    parts are smaller), else None (no accumulation)."""
+    if accumulate < 1:
+        raise ValueError(f"accumulate must be >= 1; got {accumulate}")
+    if micro_batch is not None or accumulate == 1:
+        return micro_batch
+    return -(-batch_size // accumulate)
 
 
 @prepared_by(stage_data)
@@ -152,6 +171,7 @@ def train_elastic(
 ) -> dict[str, Any]:
     """Train under the elastic runtime; returns test accuracy, steps and samples seen.
 
+    ``batch_size`` is the global batch (the job's ``batch`` option can make it per rank).
     ``step_delay_s`` adds a pause per step, standing in for a model that computes longer (tests
     use it so that membership changes happen while training is still under way).
     """
@@ -174,6 +194,8 @@ def train_elastic(
             sampler.advance(ctx.world_size)
             if sampler.epoch != epoch:
                 scheduler.step()
+                # Per epoch, before the commit (the step it completes): see ctx.report.
+                ctx.report(state.step + 1, epoch=sampler.epoch, **evaluate(model, x_te, y_te))
             state.samples_seen += total
             if step_delay_s:
                 time.sleep(step_delay_s)
@@ -200,17 +222,24 @@ def train_ddp(
     accumulate: int = 1,
     num_workers: int = 0,
     step_delay_s: float = 0.0,
+    micro_batch: int | None = None,
 ) -> dict[str, Any]:
     """The digits MLP as a DDP script: ``ctx.wrap`` and a DataLoader; returns test accuracy.
 
-    ``precision``: ``fp32``, ``bf16`` (autocast) or ``fp16`` (autocast and a GradScaler, whose
-    scale is committed); ``accumulate``: micro-batches per optimizer step (DDP's ``no_sync``
-    on all but the last); ``num_workers``: DataLoader worker processes.
+    ``batch_size``: the global batch of one optimizer step (per rank with the job option
+    ``batch="per_rank"``); ``precision``: ``fp32``, ``bf16`` (autocast) or ``fp16`` (autocast
+    and a GradScaler, whose scale is committed); ``micro_batch``: the most samples a rank takes
+    at once (gradient accumulation, DDP's ``no_sync`` on all but a step's last micro-batch);
+    ``accumulate``: micro-batches per step on one rank, when ``micro_batch`` is not given;
+    ``num_workers``: DataLoader worker processes.
     """
     x_tr, y_tr, x_te, y_te = load_data()
     model = make_model(tuple(hidden), seed).to(ctx.device)  # + the rank's device
     optimizer, scheduler = make_optimizer(model, lr, epochs)
-    sampler = ElasticDistributedSampler(len(x_tr), batch_size, seed=seed)  # + DistributedSampler
+    micro = micro_batch_of(batch_size, accumulate, micro_batch)
+    sampler = ElasticDistributedSampler(  # + DistributedSampler
+        len(x_tr), batch_size, seed=seed, micro_batch=micro
+    )
     data = TensorDataset(x_tr, y_tr)
     # persistent: a rank forks its workers once, not again after every regroup
     loader = DataLoader(
@@ -221,25 +250,22 @@ def train_ddp(
     state = ctx.state(model, optimizer, scheduler, sampler=sampler, scaler=amp.scaler)  # +
 
     def loop(state: ElasticState) -> dict[str, Any]:  # + the loop resumes from the state
-        micro = 0
         while sampler.epoch < epochs:
             for x, y in loader:
                 x, y = x.to(ctx.device), y.to(ctx.device)
-                if micro == 0:
+                if sampler.micro == 0:
                     optimizer.zero_grad()
-                micro += 1
-                last = micro == accumulate
-                with contextlib.nullcontext() if last else ddp.no_sync():
+                with contextlib.nullcontext() if sampler.last_micro() else ddp.no_sync():
                     with amp.autocast():
-                        loss = F.cross_entropy(ddp(x), y) / accumulate
+                        loss = F.cross_entropy(ddp(x), y) * sampler.loss_weight()
                     amp.backward(loss)
                 epoch = sampler.epoch
-                sampler.advance()  # +
-                if sampler.epoch != epoch:
-                    scheduler.step()
-                if last:
+                if sampler.advance():  # + the global step is complete
                     amp.step(optimizer)
-                    micro = 0
+                    if sampler.epoch != epoch:
+                        scheduler.step()
+                        test = evaluate(model, x_te.to(ctx.device), y_te.to(ctx.device))
+                        ctx.report(state.step + 1, epoch=sampler.epoch, **test)  # +
                     if step_delay_s:
                         time.sleep(step_delay_s)
                     state.commit()  # +

@@ -25,6 +25,7 @@ from parsl_malleable.elastic.rank import RankContext
 from parsl_malleable.elastic.sampler import ElasticDistributedSampler
 from parsl_malleable.elastic.state import ElasticState
 
+from .digits import micro_batch_of
 from .precision import Precision
 
 CONTEXT = 32
@@ -116,11 +117,13 @@ def train_elastic(
     accumulate: int = 1,
     num_workers: int = 0,
     step_delay_s: float = 0.0,
+    micro_batch: int | None = None,
 ) -> dict[str, Any]:
     """Train the LM with DDP over whatever ranks the job has; returns validation loss.
 
-    AdamW with a cosine decay over ``epochs``; ``lr`` is one rank's (scaled with the world).
-    ``precision``, ``accumulate``, ``num_workers`` as in ``digits.train_ddp``.
+    AdamW with a cosine decay over ``epochs``; ``lr`` is the global batch's, not scaled with the
+    world (unless the job's ``batch="per_rank"``). ``batch_size`` (the global batch),
+    ``precision``, ``micro_batch``, ``accumulate``, ``num_workers`` as in ``digits.train_ddp``.
     """
     train, valid, vocab = load_text(chars, seed)
     model = make_model(len(vocab), width, layers, seed).to(ctx.device)  # +
@@ -128,7 +131,10 @@ def train_elastic(
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda epoch: 0.5 * (1.0 + math.cos(math.pi * epoch / epochs))
     )
-    sampler = ElasticDistributedSampler(len(train), batch_size, seed=seed)  # + DistributedSampler
+    micro = micro_batch_of(batch_size, accumulate, micro_batch)
+    sampler = ElasticDistributedSampler(  # + DistributedSampler
+        len(train), batch_size, seed=seed, micro_batch=micro
+    )
     data = TensorDataset(train)
     # persistent: a rank forks its workers once, not again after every regroup
     loader = DataLoader(
@@ -139,25 +145,20 @@ def train_elastic(
     state = ctx.state(model, optimizer, scheduler, sampler=sampler, scaler=amp.scaler)  # +
 
     def loop(state: ElasticState) -> dict[str, Any]:  # +
-        micro = 0
         while sampler.epoch < epochs:
             for (windows,) in loader:
                 windows = windows.to(ctx.device)
-                if micro == 0:
+                if sampler.micro == 0:
                     optimizer.zero_grad()
-                micro += 1
-                last = micro == accumulate
-                with contextlib.nullcontext() if last else ddp.no_sync():
+                with contextlib.nullcontext() if sampler.last_micro() else ddp.no_sync():
                     with amp.autocast():
-                        loss = lm_loss(ddp, windows) / accumulate
+                        loss = lm_loss(ddp, windows) * sampler.loss_weight()
                     amp.backward(loss)
                 epoch = sampler.epoch
-                sampler.advance()  # +
-                if sampler.epoch != epoch:
-                    scheduler.step()
-                if last:
+                if sampler.advance():  # + the global step is complete
                     amp.step(optimizer)
-                    micro = 0
+                    if sampler.epoch != epoch:
+                        scheduler.step()
                     if step_delay_s:
                         time.sleep(step_delay_s)
                     state.commit()  # +

@@ -31,7 +31,7 @@ import itertools
 import logging
 import threading
 from collections.abc import Callable, Iterable
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import parsl
 from parsl.app.app import python_app
@@ -46,6 +46,7 @@ from parsl_malleable.controller.model import JobSpec
 from parsl_malleable.controller.node_agent import JobPayload
 from parsl_malleable.elastic.backend_registry import BACKENDS, get_rendezvous_host
 from parsl_malleable.elastic.coordinator import Coordinator
+from parsl_malleable.elastic.metric_book import MetricChanges
 from parsl_malleable.elastic.rank import RankSettings
 from parsl_malleable.errors import ConfigError, MalleableError
 from parsl_malleable.inputs import Number, WholeCount, boundary
@@ -89,6 +90,14 @@ class ElasticOptions:
     folder's key is there (an old-format checkpoint, or one whose key is missing, is loaded
     unauthenticated, and the warning says so). A folder without any such checkpoint fails the
     job. Once the job has saved checkpoints of its own, it resumes from those.
+
+    ``batch``: what a sampler's ``batch_size`` means where the training function does not say
+    (``ElasticSampler``/``ElasticDistributedSampler`` made without ``batch=``). ``"global"``
+    (the default): the batch of one optimizer step, split over the ranks, whatever their number,
+    with no learning-rate scaling: a config's result does not depend on how many nodes it got.
+    ``"per_rank"``: each rank's batch, so the global batch grows with the world size and the
+    learning rate is scaled with it (:func:`~parsl_malleable.elastic.state.linear_lr_scaling`,
+    the default resize hook then): the behaviour before issue #35.
     """
 
     checkpoint_dir: Annotated[StrictStr, Field(min_length=1)]
@@ -110,6 +119,7 @@ class ElasticOptions:
     curve: ScalingCurve | None = None
     campaign: StrictStr | None = None
     warm_start_from: Annotated[StrictStr, Field(min_length=1)] | None = None
+    batch: Literal["global", "per_rank"] = "global"
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -131,6 +141,7 @@ class ElasticOptions:
             collective_timeout_s=self.collective_timeout_s,
             heartbeat_interval_s=self.heartbeat_interval_s,
             torch_threads=self.torch_threads,
+            batch=self.batch,
         )
 
     def checkpoint_policy(self, job: str) -> dict[str, Any]:
@@ -198,6 +209,29 @@ class ElasticJob:
         behind a step the job had committed, with both steps; a final checkpoint not written
         after training."""
         return self.coordinator.warnings()
+
+    def metrics(self, as_frame: bool = False) -> Any:
+        """What the job's lead rank reported with ``ctx.report``: one dict per step, by step
+        (``step``, ``time``, then the metrics), or with ``as_frame`` a pandas DataFrame of the
+        same rows. After a rollback or a resume, each step holds the report of the timeline
+        that was committed (:mod:`~parsl_malleable.elastic.metric_book`); the newest 5,000 steps
+        are kept here (a campaign's state keeps all)."""
+        rows = [record.as_dict() for record in self.coordinator.metric_records()]
+        if not as_frame:
+            return rows
+        import pandas as pd
+
+        return pd.DataFrame(rows, columns=None if rows else ["step", "time"])
+
+    def take_metrics(self) -> MetricChanges:
+        """The reports changed since the last call and the step above which stored ones were
+        dropped (a rollback's or resume's start): for the one consumer that persists them."""
+        return self.coordinator.take_metrics()
+
+    def metric_counts(self) -> dict[str, int]:
+        """Reports accepted, stale, dropped by a rollback or resume, evicted, non-finite values
+        (counted, never a best), kept."""
+        return self.coordinator.metric_counts()
 
     # ------------------------------------------------------------ controls
 
@@ -334,7 +368,9 @@ def malleable_app(
     ``backend``: ``"torch"`` or ``"horovod"``. Other keyword options are the fields of
     :class:`ElasticOptions` (``executor`` label, ``check_every``, ``checkpoint_every``,
     ``collective_timeout_s``, ``campaign``, ``warm_start_from`` to start from another job's
-    checkpoints, ...). The function must be importable on the workers.
+    checkpoints, ``batch="per_rank"`` for a global batch and learning rate that grow with the
+    world size instead of the default fixed global batch, ...). The function must be importable
+    on the workers.
     """
     unknown = set(options) - {f.name for f in dataclasses.fields(ElasticOptions)}
     if unknown:

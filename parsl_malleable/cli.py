@@ -32,6 +32,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "parsl_malleable.campaign.command:run",
         "Train the jobs of a campaign YAML on harvested nodes (rerun to resume).",
     ),
+    "retry": (
+        "parsl_malleable.campaign.retry_command:retry",
+        "Rerun a campaign's failed jobs (or the ones named) in place, in its output folder.",
+    ),
     "status": (
         "parsl_malleable.campaign.command:status",
         "Summarise a campaign's output folder, while it runs or after.",

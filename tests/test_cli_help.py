@@ -20,7 +20,7 @@ import pytest
 
 from parsl_malleable.cli import SUBCOMMANDS
 
-HEAVY = ("torch", "parsl", "numba", "pandas", "pulp", "scipy", "sklearn")
+HEAVY = ("torch", "parsl", "numba", "pandas", "pulp", "scipy", "sklearn", "optuna")
 HELP_BOUND_S = 5.0  # < 1 s on an idle machine (measured: 0.2-0.4 s); headroom for a loaded one
 
 _PROBE = """

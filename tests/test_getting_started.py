@@ -253,3 +253,97 @@ def test_globus_remote_user_page(wheel_venv: WheelVenv) -> None:
     assert ran[-1].stdout == "ok: ['digits']\n"
     campaign = yaml.safe_load((here / "digits.yaml").read_text())
     assert [job["app"] for job in campaign["jobs"]] == ["parsl_malleable.apps.digits:train_elastic"]
+
+
+# ------------------------------------------------------------------------ install lines
+
+APP_NAME = re.compile(r"\bapp:\s*(parsl_malleable\.apps\.\w+):")
+
+
+def _imports(code: str) -> set[str]:
+    """Top-level names of the modules ``code`` imports (absolute imports only)."""
+    import ast
+
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, ast.Import):
+            names |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def _app_imports(module: str) -> set[str]:
+    """What an example app's module (``parsl_malleable.apps.digits``, in ``apps/``) imports,
+    its sibling modules' imports included."""
+    import ast
+
+    path = REPO / "apps" / f"{module.rsplit('.', 1)[1]}.py"
+    names = _imports(path.read_text())
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:
+            names |= _imports((REPO / "apps" / f"{node.module}.py").read_text())
+    return names
+
+
+def _installed_by(requirements: list[str]) -> set[str]:
+    """The distributions (normalised names) that ``pip install REQUIREMENTS`` names: the
+    project's own with its dependencies and the extras asked for (recursively), the others as
+    they are."""
+    import tomllib
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    out: set[str] = set()
+    todo = [Requirement(r) for r in requirements]
+    seen: set[str] = set()
+    while todo:
+        req = todo.pop()
+        name = canonicalize_name(req.name)
+        out.add(name)
+        if name != canonicalize_name(project["name"]):
+            continue
+        for extra in [None, *sorted(req.extras)]:
+            if str(extra) in seen:
+                continue
+            seen.add(str(extra))
+            deps = (
+                project["dependencies"]
+                if extra is None
+                else project["optional-dependencies"][extra]
+            )
+            todo += [Requirement(d) for d in deps]
+    return out
+
+
+def test_globus_remote_user_install_line_brings_what_the_page_imports() -> None:
+    """The page's install line once brought no torch: its check (which imports the campaign's
+    app, as the endpoint does) failed with "No module named 'torch'". Every module the page's
+    Python and its example app import must come from a distribution the line installs."""
+    import importlib.metadata
+    import shlex
+    import sys
+    import textwrap
+
+    from packaging.utils import canonicalize_name
+
+    page = PAGES / "globus-remote-user.md"
+    text = page.read_text()
+    (install,) = [b.code for b in page_blocks(page) if "pip install" in b.code]
+    words = shlex.split(install)
+    installed = _installed_by(words[words.index("install") + 1 :])
+    python_blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    needed = set().union(*(_imports(textwrap.dedent(code)) for code in python_blocks))
+    for module in APP_NAME.findall(text):
+        needed |= _app_imports(module)
+    needed -= {*sys.stdlib_module_names, "parsl_malleable"}
+    assert {"torch", "globus_compute_sdk"} <= needed  # what this test is about
+    providers = importlib.metadata.packages_distributions()
+    missing = {
+        module: providers.get(module)
+        for module in sorted(needed)
+        if not {canonicalize_name(d) for d in providers.get(module, [module])} & installed
+    }
+    assert not missing, f"{page.name}: `{install}` installs nothing providing {missing}"

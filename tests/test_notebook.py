@@ -2,7 +2,8 @@
 
 The notebook runs on the emulated site (6 virtual nodes on this machine), so no cluster is
 needed: two malleable apps train on harvested blocks, the notebook samples the controller's
-state, plots it and shuts down. About a minute on 2 cores. It is run from the wheel
+state, plots it and shuts down, then runs a two-job campaign with ``run_campaign``. About two
+minutes on 2 cores. It is run from the wheel
 (tests/wheel_venv.py): ``parsl-malleable init --notebook`` copies the shipped notebook into an
 empty folder outside the repository and the venv's Python executes it there, so it can only use
 what a ``pip install`` gives.
@@ -84,6 +85,11 @@ def test_login_node_notebook_runs_from_the_wheel(wheel_venv: WheelVenv) -> None:
     assert all(a >= 0.9 for a in accuracies.values()), accuracies
     assert re.search(r"both jobs done after \d+ s; [1-9]\d* decisions", text), text
     assert "blocks left: 0" in text
+    # The last section: the same kind of jobs as a campaign spec, through run_campaign.
+    assert re.search(r"^campaign: finished in \S+/sweep$", text, flags=re.M), text
+    swept = re.findall(r"^sweep job (lr-\d): done, accuracy ([0-9.]+)$", text, flags=re.M)
+    assert [job for job, _ in swept] == ["lr-0", "lr-1"], text
+    assert all(float(a) >= 0.8 for _, a in swept), swept
     figures = [
         out
         for cell in nb.cells

@@ -58,7 +58,7 @@ def test_package_list_covers_every_package_in_the_tree() -> None:
     assert data["parsl_malleable.campaign_examples"] == ["*.yaml"]
     assert data["parsl_malleable.notebooks"] == ["*.ipynb"]
     assert PROFILES and APPS == ["cnn", "digits", "lm", "precision"]
-    assert EXAMPLES == ["demo", "examples"]
+    assert EXAMPLES == ["asha", "demo", "examples"]
 
 
 def test_env_folders_come_first_and_the_error_lists_every_folder(tmp_path, monkeypatch) -> None:

@@ -8,6 +8,7 @@ import logging
 import os
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -104,10 +105,38 @@ def run(
 
         report(campaign_file, site=site, as_json=as_json)
         return
+    run_file(
+        campaign_file,
+        output=output,
+        site=site,
+        time_limit=time_limit,
+        quiet=quiet,
+        adopt_folder=adopt_folder,
+        demo=demo,
+    )
+
+
+def run_file(
+    campaign_file: Path,
+    *,
+    output: Path | None,
+    site: str | None = None,
+    time_limit: float | None = None,
+    quiet: bool = False,
+    adopt_folder: bool = False,
+    demo: bool = False,
+    prepare: Callable[[CampaignRunner], None] | None = None,
+) -> None:
+    """What ``run`` does with a campaign file, after its options were read: train it into its
+    output folder with the live view, then write the results; exits as ``run`` documents.
+    ``prepare`` is called with the runner once the campaign and the folder were checked, before
+    anything starts (``retry`` marks its jobs waiting there); a
+    :class:`~parsl_malleable.errors.ConfigError` it raises is the command's error."""
     from parsl_malleable.campaign.display import live_table
     from parsl_malleable.campaign.results import write_results
     from parsl_malleable.campaign.runner import CampaignRunner
     from parsl_malleable.campaign.spec import load_campaign
+    from parsl_malleable.campaign.terminal import terminal_handler
 
     console = Console(stderr=True)
     try:
@@ -121,16 +150,14 @@ def run(
         runner = CampaignRunner(
             campaign, folder, source=str(campaign_file), adopt_folder=adopt_folder
         )
+        if prepare is not None:
+            prepare(runner)
         pending = runner.pending()
     except (ConfigError, StateStoreError, UnsafePathError) as exc:
         raise click.ClickException(str(exc)) from None
-    # Only our warnings reach the terminal; everything is in campaign.log, and Parsl's own log
-    # (where an agent task lost with its block is an ERROR, though expected here) in runinfo/.
-    to_terminal = logging.StreamHandler()
-    to_terminal.setLevel(logging.WARNING)
-    to_terminal.addFilter(lambda record: not record.name.startswith("parsl."))
-    to_terminal.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
-    logging.getLogger().addHandler(to_terminal)
+    # Our warnings (and resumes) reach the terminal, printed above the live table; everything
+    # is in campaign.log, and Parsl's own log in runinfo/ (see campaign/terminal.py).
+    logging.getLogger().addHandler(terminal_handler(console))
     console.print(f"campaign {campaign_file} -> {folder}")
     interactive = console.is_terminal and not quiet
     last_line = [0.0]
@@ -141,7 +168,7 @@ def run(
 
     def show(r: CampaignRunner) -> None:
         if interactive:
-            live.update(live_table(r), refresh=True)
+            live.update(live_table(r, width=console.width), refresh=True)
         elif time.monotonic() - last_line[0] >= LOG_EVERY_S:
             last_line[0] = time.monotonic()
             console.print(_summary_line(r))
@@ -198,6 +225,10 @@ def run(
             console.print(f"  Parsl run directory {runner.run_dir}")
     for path in files:
         console.print(f"  wrote {path}")
+    if outcome.failed and outcome.outcome != "nothing to do":
+        console.print(
+            f"  fix the cause, then `parsl-malleable retry {folder}` reruns the failed jobs"
+        )
     if outcome.failed:
         raise SystemExit(1)
     if outcome.outcome not in ("finished", "nothing to do"):
@@ -249,8 +280,8 @@ def _nothing_to_do(outcome: RunOutcome, total: int, folder: Path) -> str:
     if failed:
         ended = f"{jobs} already ended ({done} done, {failed} failed)"
         hint = (
-            f"; `parsl-malleable status {folder}` shows why they failed (failed jobs are not "
-            "rerun: fix the cause and run into a new folder with -o)"
+            f"; `parsl-malleable status {folder}` shows why they failed (a rerun does not "
+            f"run them again: fix the cause, then `parsl-malleable retry {folder}`)"
         )
     else:
         ended = f"{jobs} {'is' if total == 1 else 'are'} already done"
@@ -272,7 +303,7 @@ def _summary_line(runner: CampaignRunner) -> str:
 @click.option("--json", "as_json", is_flag=True, help="print the jobs as JSON")
 def status(folder: Path, as_json: bool) -> None:
     """Summarise the campaign in FOLDER, while it runs or after."""
-    from parsl_malleable.campaign.display import status_table
+    from parsl_malleable.campaign.display import best_text, status_table
     from parsl_malleable.campaign.driver_lock import driver_running
     from parsl_malleable.campaign.store import CampaignStore
 
@@ -283,6 +314,8 @@ def status(folder: Path, as_json: bool) -> None:
     try:
         rows = store.jobs()
         progress = store.progress()
+        metric = store.metric_spec()
+        best = store.best_trial()
         runs = int(store.meta("runs") or 0)
         outcome = store.meta(f"run{runs}_outcome")
         live = driver_running(folder)
@@ -304,6 +337,16 @@ def status(folder: Path, as_json: bool) -> None:
             json.dumps(
                 {
                     **meta,
+                    "metric": {"name": metric[0], "direction": metric[1]} if metric else None,
+                    "best": (
+                        {
+                            "job": best[0],
+                            "value": best[1].best,
+                            "step": best[1].best_step,
+                        }
+                        if best
+                        else None
+                    ),
                     "jobs": [
                         {
                             "name": r.name,
@@ -322,7 +365,10 @@ def status(folder: Path, as_json: bool) -> None:
             )
         )
         return
-    Console().print(status_table(rows, meta, progress))
+    console = Console()
+    console.print(
+        status_table(rows, meta, progress, best=best_text(best, metric), width=console.width)
+    )
 
 
 def _progress_json(row: JobRow, progress: JobProgress | None) -> dict[str, Any]:
@@ -335,4 +381,4 @@ def _progress_json(row: JobRow, progress: JobProgress | None) -> dict[str, Any]:
     }
 
 
-__all__ = ["run", "status"]
+__all__ = ["run", "run_file", "status"]

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import io
 import time
+from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
+from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
+from rich.text import Text
 
-from parsl_malleable.campaign.store import JobProgress, JobRow
+from parsl_malleable.campaign.store import JobProgress, JobRow, MetricSummary
 
 
 def _fmt(value: Any, spec: str = "") -> str:
@@ -46,17 +52,47 @@ def progress_text(row: JobRow, progress: JobProgress | None) -> str:
     return text
 
 
-def live_table(runner: Any) -> Table:
-    """Jobs done/running/waiting, nodes now, samples/s per job, harvest fraction."""
+def live_status(row: JobRow, now: dict[str, Any] | None, progress: JobProgress | None) -> str:
+    """What the live view calls job ``row`` now. A job submitted to this run is stored as
+    ``running`` until it ends; holding no node it trains nowhere: ``paused`` once it has
+    committed a step (it waits for nodes to go on), ``waiting`` before; ``starting`` while the
+    nodes it was given have no rank up yet. Done, failed and waiting jobs as stored."""
+    if row.status != "running":
+        return row.status
+    now = now or {}
+    if not now.get("nodes"):
+        return "paused" if progress is not None else "waiting"
+    return "running" if now.get("world") else "starting"
+
+
+# The order of the live view's counts; the first three are always said, the others when seen.
+LIVE_STATUSES = ("done", "running", "waiting", "starting", "paused", "failed")
+_WHY = {
+    "waiting": "waiting: no node given yet",
+    "starting": "starting: nodes given, ranks not up yet",
+    "paused": "paused: trained, holds no node now (waits for one to go on)",
+}
+
+
+def status_counts(statuses: Sequence[str]) -> str:
+    """``2 done, 1 running, 3 waiting, 1 paused``: the rows' statuses counted, so that the
+    title and the rows agree."""
+    counts = Counter(statuses)
+    shown = [s for s in LIVE_STATUSES if counts[s] or s in LIVE_STATUSES[:3]]
+    shown += sorted(s for s in counts if s not in LIVE_STATUSES)
+    return ", ".join(f"{counts[s]} {s}" for s in shown)
+
+
+def live_table(runner: Any, width: int | None = None) -> Table:
+    """Jobs done/running/waiting, nodes now, samples/s per job, harvest fraction; fitted to
+    ``width`` columns (see :func:`fitted_table`) when given."""
     rows: list[JobRow] = runner.store.jobs()
-    counts = {s: sum(1 for r in rows if r.status == s) for s in ("done", "running", "waiting")}
-    failed = sum(1 for r in rows if r.status == "failed")
+    progress = runner.store.progress()
+    statuses = [live_status(r, runner.last_jobs.get(r.name), progress.get(r.name)) for r in rows]
     site = runner.last_site
     fraction = runner.harvest_fraction
     title = (
-        f"run {runner.run}  {time.time() - runner.started:5.0f} s  "
-        f"jobs: {counts['done']} done, {counts['running']} running, {counts['waiting']} waiting"
-        + (f", {failed} failed" if failed else "")
+        f"run {runner.run}  {time.time() - runner.started:5.0f} s  jobs: {status_counts(statuses)}"
     )
     caption = (
         f"nodes: {site.native} native, {site.harvested} harvested ({site.training} training), "
@@ -64,34 +100,146 @@ def live_table(runner: Any) -> Table:
         if site
         else "nodes: waiting for the first snapshot"
     ) + (f"; harvest fraction {fraction:.0%}" if fraction is not None else "")
-    table = Table(title=title, caption=caption, expand=False)
-    for column in ("job", "status", "nodes", "ranks", "samples/s", "progress", "node-h", "result"):
-        table.add_column(column, justify="left" if column in ("job", "status") else "right")
-    progress = runner.store.progress()
-    for row in rows:
+    why = [text for status, text in _WHY.items() if status in statuses]
+    if why:
+        caption += "\n" + "; ".join(why)
+    metric = runner.campaign.metric
+    # The latest report of the campaign's metric per job (the column is named after it).
+    latest = runner.store.metric_summary(metric.name, None) if metric is not None else {}
+    columns = ["job", "status", "nodes", "ranks", "samples/s", "progress", "node-h"]
+    columns += [metric.name] if metric is not None else []
+    columns.append("result")
+    cells = []
+    for row, status in zip(rows, statuses, strict=True):
         now = runner.last_jobs.get(row.name, {})
         result = row.result or {}
-        metric = next((v for k, v in result.items() if "acc" in k), None)
-        table.add_row(
+        reported = latest.get(row.name)
+        line = [
             row.name,
-            row.status,
+            status,
             _fmt(now.get("nodes")),
             _fmt(now.get("world")),
             _fmt(now.get("rate"), ".0f"),
             progress_text(row, progress.get(row.name)),
             f"{row.node_seconds / 3600:.3f}",
-            _fmt(metric, ".3f") if isinstance(metric, float) else _fmt(metric),
+        ]
+        if metric is not None:
+            line.append(_fmt(reported.final if reported else None, ".4g"))
+        value = next((v for k, v in result.items() if "acc" in k), None)
+        line.append(_fmt(value, ".3f") if isinstance(value, float) else _fmt(value))
+        cells.append(line)
+    return fitted_table(
+        title,
+        caption,
+        columns,
+        cells,
+        width=width,
+        optional=LIVE_OPTIONAL,
+        left=("job", "status"),
+        hint="a wider terminal shows them",
+    )
+
+
+# Dropped in this order when the table would not fit the terminal (least useful first).
+LIVE_OPTIONAL = ("ranks", "node-h", "samples/s", "result")
+STATUS_OPTIONAL = ("resumed at", "rescales", "runs", "node-h", "warnings")
+
+
+_PADDING = 2  # a column's cell padding, one space each side
+_MEASURE = Console(file=io.StringIO(), width=10_000)  # measures words; prints nothing
+
+
+def _span(texts: Sequence[Text]) -> tuple[int, int]:
+    """The column's (fewest, most) terminal cells of content: its longest word, its longest line."""
+    measured = [Measurement.get(_MEASURE, _MEASURE.options, t) for t in texts]
+    return max(m.minimum for m in measured), max(m.maximum for m in measured)
+
+
+def _share(spans: Sequence[tuple[int, int]], room: int) -> list[int]:
+    """Column widths within ``room`` cells: each its longest word, then whole lines to the
+    columns that need the fewest more cells first, so that as few columns as can wrap (rich
+    alone would shrink the widest column first, below its longest word)."""
+    widths = [low for low, _ in spans]
+    left = room - sum(widths)
+    for i in sorted(range(len(spans)), key=lambda i: spans[i][1] - spans[i][0]):
+        more = min(left, spans[i][1] - widths[i])
+        widths[i] += more
+        left -= more
+    return widths
+
+
+def fitted_table(
+    title: str,
+    caption: str | None,
+    columns: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    *,
+    width: int | None,
+    optional: Sequence[str],
+    left: Sequence[str] = (),
+    hint: str = "",
+) -> Table:
+    """A table of ``rows`` under ``columns`` that fits ``width`` terminal columns without
+    cutting a word to ``…``: every column at least as wide as its longest word, lines wrapped
+    at spaces; the ``optional`` columns are left out, in their order, until that fits, and the
+    caption says which. Where even that is too wide, words fold onto the next line. ``left``:
+    the columns justified left (the others right); cells are plain text, not rich markup."""
+    texts = [[Text(column), *(Text(row[i]) for row in rows)] for i, column in enumerate(columns)]
+    spans = [_span(column) for column in texts]
+    keep = list(range(len(columns)))
+    dropped: list[str] = []
+    widths: list[int] | None = None
+    while width is not None:
+        room = width - (len(keep) + 1) - _PADDING * len(keep)  # borders, padding
+        if sum(spans[i][1] for i in keep) <= room:
+            break
+        if sum(spans[i][0] for i in keep) <= room:
+            widths = _share([spans[i] for i in keep], room)
+            break
+        places = [columns.index(c) for c in optional if c in columns]
+        drop = next((i for i in places if i in keep), None)
+        if drop is None:
+            break
+        keep.remove(drop)
+        dropped.append(columns[drop])
+    note = ""
+    if dropped:
+        note = f"left out at {width} columns: {', '.join(dropped)}" + (f" ({hint})" if hint else "")
+    table = Table(title=title, caption="\n".join(t for t in (caption, note) if t) or None)
+    for n, i in enumerate(keep):
+        table.add_column(
+            columns[i],
+            justify="left" if columns[i] in left else "right",
+            overflow="fold",  # not ellipsis: what does not fit goes on, on the next line
+            width=widths[n] if widths else None,
         )
+    for r in range(len(rows)):
+        table.add_row(*(texts[i][r + 1] for i in keep))
     return table
+
+
+def best_text(best: tuple[str, MetricSummary] | None, metric: tuple[str, str] | None) -> str:
+    """``best so far: lr0.05 acc=0.9733 at step 420 (max)``; what is known without one."""
+    if metric is None:
+        return "best: no metric declared (the campaign's metric: {name: ..., direction: ...})"
+    name, direction = metric
+    if best is None:
+        return f"best so far: none ({name} not reported yet, or only NaN or infinite)"
+    job, summary = best
+    return f"best so far: {job} {name}={summary.best:.4g} at step {summary.best_step} ({direction})"
 
 
 def status_table(
     rows: list[JobRow],
     meta: dict[str, str | None],
     progress: dict[str, JobProgress] | None = None,
+    best: str | None = None,
+    width: int | None = None,
 ) -> Table:
     """A summary of a campaign folder, live or not; ``progress`` per job
-    (:meth:`~.store.CampaignStore.progress`) fills the progress column."""
+    (:meth:`~.store.CampaignStore.progress`) fills the progress column; ``best``
+    (:func:`best_text`) is its caption; fitted to ``width`` columns (:func:`fitted_table`)
+    when given."""
     progress = progress or {}
     counts = {s: sum(1 for r in rows if r.status == s) for s in ("done", "running", "waiting")}
     title = (
@@ -99,8 +247,7 @@ def status_table(
         f"last {meta.get('state')}; jobs: {counts['done']} done, {counts['running']} unfinished, "
         f"{counts['waiting']} waiting"
     )
-    table = Table(title=title)
-    for column in (
+    columns = [
         "job",
         "status",
         "progress",
@@ -110,23 +257,42 @@ def status_table(
         "resumed at",
         "result",
         "warnings",
-    ):
-        table.add_column(column)
+    ]
+    cells = []
     for row in rows:
         result = row.result or {}
         metric = next((f"{k}={v:.3f}" for k, v in result.items() if "acc" in k), "")
-        table.add_row(
-            row.name,
-            row.status,
-            progress_text(row, progress.get(row.name)),
-            f"{row.node_seconds / 3600:.3f}",
-            str(row.rescales),
-            str(row.submissions),
-            _fmt(row.resumed_from_step),
-            metric or (row.error or "")[:60],
-            str(len(row.warnings)) if row.warnings else "",
+        cells.append(
+            [
+                row.name,
+                row.status,
+                progress_text(row, progress.get(row.name)),
+                f"{row.node_seconds / 3600:.3f}",
+                str(row.rescales),
+                str(row.submissions),
+                _fmt(row.resumed_from_step),
+                metric or (row.error or "")[:60],
+                str(len(row.warnings)) if row.warnings else "",
+            ]
         )
-    return table
+    return fitted_table(
+        title,
+        best,
+        columns,
+        cells,
+        width=width,
+        optional=STATUS_OPTIONAL,
+        left=columns,
+        hint="`status --json` has them",
+    )
 
 
-__all__ = ["live_table", "progress_text", "status_table"]
+__all__ = [
+    "best_text",
+    "fitted_table",
+    "live_status",
+    "live_table",
+    "progress_text",
+    "status_counts",
+    "status_table",
+]

@@ -1,7 +1,8 @@
 """The example campaigns shipped with the package, so that a pip user has something to run.
 
-``configs/demo.yaml`` (the README's main job) and ``configs/examples.yaml`` (the three example
-apps side by side) are installed in the wheel as the data package
+``configs/demo.yaml`` (the README's main job), ``configs/examples.yaml`` (the three example
+apps side by side) and ``configs/asha.yaml`` (a search with early stopping: Optuna trials pruned
+by successive halving) are installed in the wheel as the data package
 ``parsl_malleable.campaign_examples`` (pyproject.toml's package-dir maps it to ``configs/``). In a
 checkout or an editable install they are read from ``configs/`` itself. ``parsl-malleable init``
 copies one into a folder; ``parsl-malleable run --demo`` runs the demo in place. The login-node
@@ -37,12 +38,12 @@ def examples_folder() -> Path:
 
 
 def example_names() -> list[str]:
-    """The names of the example campaigns, sorted (``demo``, ``examples``)."""
+    """The names of the example campaigns, sorted (``asha``, ``demo``, ``examples``)."""
     return sorted(p.stem for p in examples_folder().glob("*.yaml"))
 
 
 def example_path(name: str) -> Path:
-    """The file of example campaign ``name`` (``demo`` or ``examples``).
+    """The file of example campaign ``name`` (``asha``, ``demo`` or ``examples``).
 
     Raises :class:`~parsl_malleable.errors.ConfigError` naming the examples there are, for an
     unknown name.

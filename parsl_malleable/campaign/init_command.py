@@ -84,8 +84,11 @@ def init(folder: Path, name: str, force: bool, notebook: bool, list_only: bool) 
     """Copy an example campaign into FOLDER (default: the current folder) and say how to run it.
 
     Writes FOLDER/<example>.yaml (demo.yaml by default), never over an existing file unless
-    --force. The campaign's jobs, sweeps and output folder are explained in its comments and in
-    docs/campaigns.md. With --notebook: FOLDER/login-node.ipynb, to open in Jupyter.
+    --force; its comments say how to run it. After an edit, `parsl-malleable validate FILE`
+    checks it and names any key it does not know with the keys allowed there. Every key is
+    described on the Campaigns page of parsl-malleable's documentation (campaigns.md in the
+    project's source repository; the package does not install it). With --notebook:
+    FOLDER/login-node.ipynb, to open in Jupyter.
     """
     try:
         if list_only:

@@ -1,9 +1,11 @@
-"""The two pictures of a campaign: nodes per job over time, and the site's nodes over time."""
+"""The pictures of a campaign: nodes per job over time, the site's nodes over time, and the
+learning curves (a reported metric against the step, per job)."""
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
@@ -15,6 +17,44 @@ import matplotlib.pyplot as plt
 
 JobSample = tuple[float, int, str, int, int, float | None, str]
 SiteSample = tuple[float, int, int, int, int, int, int]
+
+# One hue per job, not tab20's dark and light pairs (two jobs in shades of one hue read as
+# one): tab10 with its brown (a darker red) and grey (no hue) swapped for an indigo and a sea
+# green; any two of the ten are at least 19 degrees of hue apart. Past ten jobs the colours
+# come round again with another line style (curves) and hatch (Gantt bars).
+JOB_COLOURS = (
+    "#1f77b4",  # blue
+    "#ff7f0e",  # orange
+    "#2ca02c",  # green
+    "#d62728",  # red
+    "#9467bd",  # purple
+    "#e377c2",  # pink
+    "#bcbd22",  # olive
+    "#3b4cc0",  # indigo
+    "#20a070",  # sea green
+    "#17becf",  # cyan
+)
+LINE_STYLES = ("-", "--", ":", "-.")
+HATCHES = ("", "//", "..", "xx")
+
+
+def job_style(index: int) -> tuple[str, str, str]:
+    """The ``(colour, line style, hatch)`` of the campaign's ``index``-th job (from 0): a hue
+    of its own among the first ten, then the same hues with the next line style and hatch."""
+    if index < 0:
+        raise ValueError(f"job index {index}: must be 0 or more")
+    colour = JOB_COLOURS[index % len(JOB_COLOURS)]
+    turn = index // len(JOB_COLOURS)
+    return colour, LINE_STYLES[turn % len(LINE_STYLES)], HATCHES[turn % len(HATCHES)]
+
+
+def job_places(jobs: Sequence[str], drawn: Iterable[str]) -> dict[str, int]:
+    """The index of each job ``drawn`` for :func:`job_style`: its place among the campaign's
+    ``jobs``, so that a job has the same colour in every picture; a job not listed there (a
+    folder's older campaign) after them, by name."""
+    order = list(dict.fromkeys(jobs))
+    order += sorted(set(drawn) - set(order))
+    return {job: i for i, job in enumerate(order)}
 
 
 def _intervals(times: Sequence[float], runs: Sequence[int], default: float) -> list[float]:
@@ -29,8 +69,11 @@ def _intervals(times: Sequence[float], runs: Sequence[int], default: float) -> l
     return out
 
 
-def plot_gantt(samples: Sequence[JobSample], started: float, path: Path) -> Path:
-    """Which job trained on which node when: one row per node, one colour per job."""
+def plot_gantt(
+    samples: Sequence[JobSample], started: float, path: Path, jobs: Sequence[str] = ()
+) -> Path:
+    """Which job trained on which node when: one row per node, one colour per job (``jobs``:
+    the campaign's jobs in order, which fixes each job's colour as in :func:`plot_curves`)."""
     by_time: dict[tuple[float, int], list[tuple[str, str]]] = defaultdict(list)
     for t, run, job, _nodes, _world, _rate, names in samples:
         by_time[(t, run)].append((job, names))
@@ -42,14 +85,17 @@ def plot_gantt(samples: Sequence[JobSample], started: float, path: Path) -> Path
             for node in filter(None, names.split(",")):
                 bars[(node, job)].append((t - started, dt))
     nodes = sorted({node for node, _ in bars})
-    jobs = sorted({job for _, job in bars})
-    colours = plt.get_cmap("tab20")
+    places = job_places(jobs, {job for _, job in bars})
+    shown = sorted({job for _, job in bars}, key=places.__getitem__)
     fig, ax = plt.subplots(figsize=(10, 1.2 + 0.45 * max(1, len(nodes))))
     for (node, job), spans in bars.items():
+        colour, _, hatch = job_style(places[job])
         ax.broken_barh(
             _merge(spans),
             (nodes.index(node) - 0.4, 0.8),
-            color=colours(jobs.index(job) % 20),
+            facecolor=colour,
+            edgecolor="white" if hatch else colour,  # the hatch is drawn in the edge colour
+            hatch=hatch,
             label=job,
         )
     _run_starts(ax, [k for k in keys], started)
@@ -57,11 +103,11 @@ def plot_gantt(samples: Sequence[JobSample], started: float, path: Path) -> Path
     ax.set_yticks(range(len(nodes)), nodes)
     ax.set_xlabel("seconds since the campaign started")
     ax.set_title("nodes per job (training ranks)")
-    handles = {h.get_label(): h for h in ax.get_children() if h.get_label() in jobs}
+    handles = {h.get_label(): h for h in ax.get_children() if h.get_label() in shown}
     if handles:
         ax.legend(
-            [handles[j] for j in jobs if j in handles],
-            [j for j in jobs if j in handles],
+            [handles[j] for j in shown if j in handles],
+            [j for j in shown if j in handles],
             loc="upper left",
             bbox_to_anchor=(1.01, 1),
             fontsize="small",
@@ -91,6 +137,31 @@ def _run_starts(ax: plt.Axes, keys: Sequence[tuple[float, int]], started: float)
                 ax.axvline(t - started, color="grey", linestyle="--", linewidth=1)
                 ax.text(t - started, ax.get_ylim()[1], f" run {run}", va="bottom", fontsize=8)
             seen.add(run)
+
+
+def plot_curves(
+    series: dict[str, list[tuple[int, float]]], name: str, jobs: Sequence[str], path: Path
+) -> Path:
+    """Metric ``name`` against the step, one line per job in ``series`` (NaN and infinities
+    left out of the line); ``jobs``: the campaign's jobs in order, which fixes each job's
+    colour."""
+    places = job_places(jobs, series)
+    fig, ax = plt.subplots(figsize=(10, 4))
+    for job in sorted(series, key=places.__getitem__):
+        points = [(s, v) for s, v in series[job] if math.isfinite(v)]
+        if points:
+            steps, values = zip(*points, strict=True)
+            colour, style, _ = job_style(places[job])
+            ax.plot(steps, values, color=colour, linestyle=style, label=job, linewidth=1.2)
+    ax.set_xlabel("step")
+    ax.set_ylabel(name)
+    ax.set_title(f"{name} per job (as reported; each step from the committed timeline)")
+    if ax.get_lines():
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
 
 
 # A sample stands for the time until the next one (1 s apart). Farther apart than this, or in
@@ -178,4 +249,14 @@ def plot_nodes(
     return path
 
 
-__all__ = ["GAP_S", "draw_nodes", "node_segments", "plot_gantt", "plot_nodes"]
+__all__ = [
+    "GAP_S",
+    "JOB_COLOURS",
+    "draw_nodes",
+    "job_places",
+    "job_style",
+    "node_segments",
+    "plot_curves",
+    "plot_gantt",
+    "plot_nodes",
+]

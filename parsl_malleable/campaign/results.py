@@ -1,9 +1,15 @@
 """A campaign's results: one row per job (CSV and Parquet) and two pictures (PNG).
 
 * ``results.csv`` / ``results.parquet``: name, app, swept parameters (``param.<name>``),
-  status, the final metrics the training function returned (``result.<name>``), node-hours,
-  rescales, time to result (from the campaign's first start to the job's end, driver deaths
-  included), the driver runs it took, the checkpoint step it last resumed from;
+  status (``pruned``: a search stopped the trial early; ``pruned_step``: the step of the
+  report that decided it), the final metrics the training function returned
+  (``result.<name>``), node-hours, rescales, time to result (from the campaign's first start
+  to the job's end, driver deaths included), the driver runs it took, the checkpoint step it
+  last resumed from; with the campaign's ``metric`` (``acc``, say): ``acc_final`` (its last
+  report), ``acc_best`` and ``acc_best_step`` (by the metric's direction; NaN and infinities
+  never count) and ``acc_nonfinite``; ``reports``: the steps the job reported;
+* ``metrics/<job>.csv``: every step a job reported (private files in a private folder);
+* ``curves.png``: the campaign's metric (else the most reported one) against the step, per job;
 * ``gantt.png``: which job trained on which node over time (from the 1 s samples);
 * ``nodes.png``: the site's nodes over time: native, harvested and training, harvested but idle
   for training, idle; the harvest fraction is harvested / (harvested + idle) node-seconds.
@@ -11,13 +17,15 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from parsl_malleable.campaign.store import CampaignStore
+from parsl_malleable.campaign.store import CampaignStore, MetricSummary
+from parsl_malleable.private_files import private_dir, write_private_bytes
 
 
 def _flat(prefix: str, values: dict[str, Any] | None) -> dict[str, Any]:
@@ -33,8 +41,21 @@ def _flat(prefix: str, values: dict[str, Any] | None) -> dict[str, Any]:
 def results_frame(store: CampaignStore) -> pd.DataFrame:
     """One row per job, in campaign order."""
     started = store.started_at
+    spec = store.metric_spec()
+    summaries: dict[str, MetricSummary] = store.metric_summary(*spec) if spec else {}
+    counts = Counter(row["job"] for row in store.metrics())
     rows = []
     for job in store.jobs():
+        metric: dict[str, Any] = {}
+        if spec is not None:
+            name = spec[0]
+            summary = summaries.get(job.name)
+            metric = {
+                f"{name}_final": summary.final if summary else None,
+                f"{name}_best": summary.best if summary else None,
+                f"{name}_best_step": summary.best_step if summary else None,
+                f"{name}_nonfinite": summary.nonfinite if summary else 0,
+            }
         rows.append(
             {
                 "job": job.name,
@@ -42,6 +63,9 @@ def results_frame(store: CampaignStore) -> pd.DataFrame:
                 **_flat("param", job.params),
                 "status": job.status,
                 **_flat("result", job.result),
+                **metric,
+                "reports": counts.get(job.name, 0),
+                "pruned_step": job.pruned_step,
                 "node_hours": job.node_seconds / 3600.0,
                 "rescales": job.rescales,
                 "time_to_result_s": (
@@ -65,11 +89,31 @@ def results_frame(store: CampaignStore) -> pd.DataFrame:
             }
         )
     frame = pd.DataFrame(rows)
+    if "pruned_step" in frame:  # a whole step, blank where the job was not pruned
+        frame["pruned_step"] = frame["pruned_step"].astype("Int64")
     params = sorted(c for c in frame.columns if c.startswith("param."))
     results = [c for c in frame.columns if c.startswith("result.")]
     rest = [c for c in frame.columns if c not in params and c not in results]
     # Rows differ in their parameters and metrics: keep them together, after job and status.
     return frame[[*rest[:3], *params, *results, *rest[3:]]]
+
+
+def write_metrics(store: CampaignStore, output: Path) -> list[Path]:
+    """``metrics/<job>.csv`` for every job that reported: one row per step (``step``, ``time``,
+    ``run``, then the metrics, NaN where NaN was reported); private files in a private
+    folder. The paths written."""
+    rows = store.metrics()
+    if not rows:
+        return []
+    folder = private_dir(output / "metrics", what="metrics folder")
+    frame = pd.DataFrame(rows)
+    written = []
+    for job, part in frame.groupby("job", sort=False):
+        path = folder / f"{job}.csv"
+        table = part.drop(columns="job").dropna(axis="columns", how="all")
+        write_private_bytes(path, table.to_csv(index=False).encode())
+        written.append(path)
+    return written
 
 
 def harvest_fraction(store: CampaignStore) -> float | None:
@@ -110,14 +154,24 @@ def write_results(store: CampaignStore, output: Path) -> list[Path]:
     parquet = output / "results.parquet"
     frame.to_parquet(parquet, index=False)
     written.append(parquet)
-    from parsl_malleable.campaign.plots import plot_gantt, plot_nodes
+    from parsl_malleable.campaign.plots import plot_curves, plot_gantt, plot_nodes
 
     started = store.started_at or 0.0
-    written.append(plot_gantt(store.job_samples(), started, output / "gantt.png"))
+    order = [row.name for row in store.jobs()]  # fixes each job's colour in both pictures
+    written.append(plot_gantt(store.job_samples(), started, output / "gantt.png", jobs=order))
+    written += write_metrics(store, output)
+    spec = store.metric_spec()
+    names = store.metric_names()
+    shown = spec[0] if spec else (names[0] if names else None)
+    if shown is not None:
+        series = store.metric_series(shown)
+        if series:
+            jobs = [row.name for row in store.jobs()]
+            written.append(plot_curves(series, shown, jobs, output / "curves.png"))
     written.append(
         plot_nodes(store.site_samples(), started, harvest_fraction(store), output / "nodes.png")
     )
     return written
 
 
-__all__ = ["harvest_fraction", "results_frame", "write_results"]
+__all__ = ["harvest_fraction", "results_frame", "write_metrics", "write_results"]

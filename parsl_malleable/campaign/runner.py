@@ -16,6 +16,12 @@ Before anything starts, the runner refuses what could never work: a job whose ``
 above what the site can lend (:func:`~.spec.check_site_fits`), and an output folder that holds
 another campaign (:meth:`~.store.CampaignStore.check_owner`). A live site's node count is known
 only from its first snapshot; a job larger than that fails then, with the reason.
+
+A campaign's ``searches:`` run their trials as they go (:mod:`.search`): at most ``parallel``
+of a search at once, a new one asked from its Optuna study when one ends, until its budget is
+spent. Each trial is a job added to the state before it is submitted; one the pruner stops is
+cancelled (its ranks stop at their next commit and its nodes go back at once) and reads
+``pruned``.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from parsl_malleable.campaign.driver_lock import DriverLock
 from parsl_malleable.campaign.sample import SiteCounts, job_sample, site_counts
@@ -40,6 +46,7 @@ from parsl_malleable.campaign.spec import (
     ParslSpec,
     check_site_fits,
     resolve_app,
+    site_capacity,
 )
 from parsl_malleable.campaign.store import CampaignIdentity, CampaignStore, FolderNote
 from parsl_malleable.errors import ConfigError, MalleableError
@@ -48,6 +55,9 @@ from parsl_malleable.logs import remove_logger, set_file_logger
 from parsl_malleable.private_files import private_dir
 from parsl_malleable.snapshot import Snapshot
 from parsl_malleable.watchdog import driver_watchdog
+
+if TYPE_CHECKING:  # imports Optuna: only a campaign with searches loads it
+    from parsl_malleable.campaign.search import Pruned, SearchBook
 
 logger = logging.getLogger(__name__)
 
@@ -67,6 +77,7 @@ class RunOutcome:
     done: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
     files: list[Path] = field(default_factory=list)
+    pruned: list[str] = field(default_factory=list)
 
 
 def _merge(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
@@ -217,6 +228,8 @@ class CampaignRunner:
         self._rescales_seen: dict[str, int] = {}
         self._finished: set[str] = set()
         self._site_size_checked = False
+        self.searches: SearchBook | None = None  # the searches' studies, once a run opens them
+        self._pruned: set[str] = set()  # trials this run stopped early
         self._stop = threading.Event()
         self.run_dir: Path | None = None  # Parsl's run directory of this run, once loaded
         self.stop_reason = ""  # why the run stopped before its jobs ended, when it says why
@@ -249,7 +262,7 @@ class CampaignRunner:
             return list(self.entries)
         store = CampaignStore(self.output, read_only=True)
         try:
-            ended = {r.name for r in store.jobs() if r.status in ("done", "failed")}
+            ended = {r.name for r in store.jobs() if r.status in ("done", "failed", "pruned")}
         except sqlite3.OperationalError:
             return list(self.entries)  # a driver died before it made its tables
         finally:
@@ -280,11 +293,17 @@ class CampaignRunner:
                 # the terminal (WARNING reaches it); a renamed file or an old folder in the log.
                 logger.log(logging.WARNING if note.notable else logging.INFO, "%s", note)
             self.run = store.begin_run(self.source)
+            metric = self.campaign.metric
+            store.set_metric_spec(
+                metric.name if metric else None, metric.direction if metric else None
+            )
             changed = store.sync_jobs(
                 (name, job.model_dump(), params) for name, (job, params) in self.entries.items()
             )
             for name in changed:
                 logger.warning("job %s changed in the campaign file; it keeps its state", name)
+            if self.campaign.searches:
+                self._open_searches()
             todo = [r.name for r in store.jobs() if r.status in ("waiting", "running")]
             todo = [n for n in todo if n in self.entries]
             logger.info(
@@ -310,6 +329,7 @@ class CampaignRunner:
             finally:
                 store.end_run(self.run, outcome)
                 logger.info("run %d ended: %s", self.run, outcome)
+            self._check_metric_reported()
             rows = store.jobs()
             return RunOutcome(
                 self.output,
@@ -317,6 +337,7 @@ class CampaignRunner:
                 outcome,
                 done=[r.name for r in rows if r.status == "done"],
                 failed=[r.name for r in rows if r.status == "failed"],
+                pruned=[r.name for r in rows if r.status == "pruned"],
             )
 
     def _train(self, todo: list[str]) -> str:
@@ -379,6 +400,80 @@ class CampaignRunner:
                 if run_log is not None:
                     remove_logger(run_log)
 
+    # ---------------------------------------------------------------------- searches
+
+    def _open_searches(self) -> None:
+        """Open the searches' studies, give every trial they hold its job, make the state agree
+        with them, and ask the first trials (added to the state, so that they are run)."""
+        from parsl_malleable.campaign.search import SearchBook
+
+        assert self.store is not None
+        self.searches = SearchBook.open(
+            self.campaign, self.output, default_parallel=site_capacity(self.profile)[0]
+        )
+        self._add_trials(self.searches.entries())
+        self.searches.reconcile(self.store.jobs(), self.store, self.run)
+        self._add_trials(self.searches.ask())
+
+    def _add_trials(self, trials: list[tuple[str, JobEntry, dict[str, Any]]]) -> list[str]:
+        """Record trials' jobs in this run and in the state (before any is submitted)."""
+        assert self.store is not None
+        for name, job, params in trials:
+            self.entries[name] = (job, params)
+        self.store.sync_jobs((name, job.model_dump(), params) for name, job, params in trials)
+        return [name for name, _, _ in trials]
+
+    def _ask_trials(self) -> None:
+        """Submit a new trial wherever a search has a free slot and budget left."""
+        if self.searches is not None:
+            for name in self._add_trials(self.searches.ask()):
+                self._submit(name)
+
+    def _judge(self, name: str, job: Any, records: list[Any]) -> None:
+        """Feed job ``name``'s new reports to its trial; stop the job if the pruner says so."""
+        if self.searches is None or name in self._pruned or job.ended:
+            return  # an ended job is judged by its end, not pruned after it
+        verdict = self.searches.observe(name, records)
+        if verdict is not None:
+            self._prune(job, verdict)
+
+    def _prune(self, job: Any, verdict: Pruned) -> None:
+        """The study has recorded the trial PRUNED: the state too, then stop the job at its
+        next commit (its nodes go back at once)."""
+        assert self.store is not None and self.searches is not None
+        self._pruned.add(verdict.job)
+        self.store.prune(verdict.job, self.run, verdict.step)
+        job.cancel(
+            f"pruned by {self.searches.pruner_of(verdict.job)} {verdict.resource} "
+            f"(step {verdict.step}, {self.campaign.metric.name if self.campaign.metric else ''}"
+            f"={verdict.value:g})"
+        )
+        logger.info(
+            "job %s pruned at step %d (%s %d, value %g)",
+            verdict.job,
+            verdict.step,
+            self.searches.pruner_of(verdict.job),
+            verdict.resource,
+            verdict.value,
+        )
+
+    def _tell_search(self, name: str, failed: bool) -> None:
+        """Tell job ``name``'s study how it ended (after the state has it)."""
+        if self.searches is None or self.store is None or not self.searches.live(name):
+            return
+        final = None
+        metric = self.campaign.metric
+        if metric is not None:
+            summary = self.store.metric_summary(metric.name, metric.direction).get(name)
+            final = summary.final if summary else None
+        told = self.searches.finish(name, final, failed)
+        if told == "FAIL" and not failed:
+            logger.warning(
+                "job %s ended without a finite %s report: its trial is told FAIL",
+                name,
+                metric.name if metric else "metric",
+            )
+
     def _note_reclaims(self, provider: Any) -> None:
         """The emulated site counts blocks it had to kill for a native job (a missed yield)."""
         count = getattr(provider.scheduler, "reclaim_count", None)
@@ -402,11 +497,18 @@ class CampaignRunner:
             backend=job.backend,
             priority=job.priority,
             checkpoint_every=job.checkpoint_every,
+            batch=job.batch,
         )(resolve_app(job.app))
         self.jobs[name] = app.submit(name=name, **job.call_args())
         self.store.mark_submitted(name, resumed)
         if resumed is not None:
-            logger.info("job %s resumes from its checkpoint at step %d", name, resumed)
+            # Said on the terminal too (campaign/terminal.py): a rerun tells where each job goes on.
+            logger.info(
+                "job %s resumes from its checkpoint at step %d",
+                name,
+                resumed,
+                extra={"terminal": True},
+            )
 
     def _loop(self, controller: Any, provider: Any) -> str:
         assert self.store is not None
@@ -419,6 +521,7 @@ class CampaignRunner:
             self._sample(controller, provider, now, dt)
             self.fail_jobs_larger_than_site(provider.last_snapshot)
             self._collect_ended()
+            self._ask_trials()
             if self.on_sample is not None:
                 self.on_sample(self)
             if all(job.ended for job in self.jobs.values()):
@@ -449,6 +552,9 @@ class CampaignRunner:
             sample["new_rescales"] = max(0, sample["rescales"] - seen)
             self._rescales_seen[name] = max(seen, sample["rescales"])
             jobs[name] = sample
+        for name, job in self.jobs.items():
+            if name not in self._finished:
+                self._take_metrics(name, job)
         training = sum(s["nodes"] for s in jobs.values())
         site = site_counts(provider.last_snapshot, training)
         if site is not None:
@@ -487,6 +593,18 @@ class CampaignRunner:
             if not job.ended or name in self._finished:
                 continue
             self._finished.add(name)
+            self._take_metrics(name, job)  # what came after the last sample
+            if name in self._pruned:  # its state and its trial already say pruned
+                logger.info("job %s stopped: pruned", name)
+                continue
+            counts = job.metric_counts()
+            if counts["nonfinite"]:
+                logger.warning(
+                    "job %s reported %d NaN or infinite metric value(s): kept in its metrics, "
+                    "never taken as its best",
+                    name,
+                    counts["nonfinite"],
+                )
             warnings = job.warnings
             try:
                 result = job.future.result(timeout=60)
@@ -496,12 +614,45 @@ class CampaignRunner:
                 if log is not None:
                     error += f" (traceback in {log})"
                 self.store.finish(name, self.run, error=error, warnings=warnings)
+                self._tell_search(name, failed=True)
                 logger.warning("job %s failed: %s", name, error)
             else:
                 self.store.finish(name, self.run, result=result, warnings=warnings)
+                self._tell_search(name, failed=False)
                 logger.info("job %s done: %s", name, result)
             for text in warnings:
                 logger.warning("job %s: %s", name, text)
+
+    def _take_metrics(self, name: str, job: Any) -> None:
+        """Persist what job ``name``'s lead rank reported since the last take (a rollback's or
+        resume's drop first: :meth:`~.store.CampaignStore.record_metrics`)."""
+        assert self.store is not None
+        changes = job.take_metrics()
+        if changes.cut is not None or changes.records:
+            self.store.record_metrics(name, self.run, changes.cut, changes.records)
+            self._judge(name, job, changes.records)
+
+    def _check_metric_reported(self) -> None:
+        """Warn, naming it, when the campaign's metric was never reported by a job that ended
+        done (a typo in ``metric.name``, or an app that does not call ``ctx.report``)."""
+        metric = self.campaign.metric
+        if metric is None or self.store is None:
+            return
+        done = [r.name for r in self.store.jobs() if r.status == "done" and r.name in self.entries]
+        reported = set(self.store.metric_series(metric.name))
+        silent = [name for name in done if name not in reported]
+        if not silent:
+            return
+        names = self.store.metric_names()
+        logger.warning(
+            "the campaign's metric %r was never reported by %d finished job(s) (%s): no best "
+            "for them; reported metrics: %s (ctx.report(step, %s=...) in the training loop)",
+            metric.name,
+            len(silent),
+            ", ".join(silent[:5]) + (", ..." if len(silent) > 5 else ""),
+            ", ".join(names) if names else "none",
+            metric.name,
+        )
 
     def _write_job_log(self, name: str, exc: BaseException) -> str | None:
         """Append the failure of job ``name`` (the rank's traceback: the user's file and line,

@@ -1,9 +1,10 @@
 """The campaign file: what to train, where, under which policy. Validated before anything starts.
 
 A campaign names a site profile, a list of training jobs and sweeps that expand into more jobs
-(HPO grid and random search, a NAS list of architectures), the allocation policy and the output
-folder. Every mistake is reported with its path in the file (``jobs[2].max_nodes``) and, where
-the value comes from a fixed set, the allowed values; apps are imported and their arguments
+(HPO grid and random search, a NAS list of architectures), searches whose trials Optuna asks
+while the campaign runs (:class:`Search`), the allocation policy and the output folder. Every
+mistake is reported with its path in the file (``jobs[2].max_nodes``) and, where the value
+comes from a fixed set, the allowed values; apps are imported and their arguments
 checked against the training function's signature, so a typo fails in a second, not after the
 first block starts. With its site profile, every job's ``min_nodes`` is checked against the most
 nodes the site can lend (:func:`check_site_fits`): a job that could never start is an error,
@@ -32,6 +33,9 @@ from pydantic import (
 from parsl_malleable.allocate.objectives import OBJECTIVES
 from parsl_malleable.allocate.solve import SOLVERS
 from parsl_malleable.campaign.app_args import ArgTypes, check_app_args, resolve_app
+from parsl_malleable.campaign.search_spec import Distribution, PrunerSpec, SamplerSpec, check_space
+from parsl_malleable.elastic.metric_book import KEY as METRIC_NAME
+from parsl_malleable.elastic.metric_book import MAX_KEY_CHARS
 from parsl_malleable.errors import ConfigError
 from parsl_malleable.inputs import SAFE_NAME, load_yaml_file
 
@@ -63,6 +67,11 @@ class JobTemplate(_Strict):
     priority: float = Field(1.0, gt=0, description="weight in the 'weighted' objective")
     checkpoint_every: int = Field(100, ge=0, description="commits between disk checkpoints")
     backend: Literal["torch", "horovod"] = "torch"
+    batch: Literal["global", "per_rank"] = Field(
+        "global",
+        description="the sampler's batch_size: 'global' (one optimizer step, whatever the node "
+        "count) or 'per_rank' (grows with the nodes, learning rate scaled with it)",
+    )
     total_steps: int | None = Field(
         None,
         ge=1,
@@ -190,6 +199,68 @@ class Sweep(JobTemplate):
         ]
 
 
+class Search(JobTemplate):
+    """Trials that Optuna asks while the campaign runs (see docs/campaigns.md).
+
+    ``space``: one distribution per app argument; ``args``: the arguments every trial gets;
+    ``trials``: the budget (trials in all, every state counted); ``parallel``: trials training
+    at once (default: the site's node count); ``sampler`` and ``pruner``: Optuna's;
+    ``resource``: the reported metric that is the pruner's step (default: the report's step).
+    Trials are jobs named ``<name>-NNN`` after Optuna's trial number. Needs the campaign's
+    ``metric``.
+    """
+
+    name: Annotated[str, Field(pattern=NAME)]
+    space: dict[str, Distribution]
+    trials: int = Field(ge=1, le=10_000, description="trials in all (the budget)")
+    parallel: int | None = Field(None, ge=1, description="trials at once (default: site nodes)")
+    sampler: SamplerSpec = Field(default_factory=SamplerSpec)
+    pruner: PrunerSpec = Field(default_factory=PrunerSpec)
+    resource: (
+        Annotated[str, Field(pattern=METRIC_NAME.pattern, max_length=MAX_KEY_CHARS)] | None
+    ) = Field(None, description="reported metric used as the pruner's step (default: the step)")
+
+    @field_validator("space", mode="before")
+    @classmethod
+    def _space(cls, value: Any) -> Any:
+        return check_space(value)
+
+    @model_validator(mode="after")
+    def _search(self) -> Search:
+        fixed = set(self.args) | {k for k in ("epochs", "samples") if getattr(self, k) is not None}
+        both = sorted(fixed & set(self.space))
+        if both:
+            raise ValueError(
+                f"{', '.join(both)}: both fixed (args, epochs, samples) and searched (space); "
+                "keep one"
+            )
+        if self.sampler.type == "grid":
+            floats = [n for n, d in self.space.items() if d.grid_values() is None]
+            if floats:
+                raise ValueError(
+                    f"sampler grid needs categorical or int spaces; {', '.join(floats)} is a "
+                    "float range (list its values as categorical choices, or use random or tpe)"
+                )
+            points = math.prod(len(d.grid_values() or ()) for d in self.space.values())
+            if self.trials > points:
+                raise ValueError(
+                    f"trials ({self.trials}) is more than the grid's {points} point(s); "
+                    f"set trials: {points}"
+                )
+        return self
+
+    def trial_name(self, number: int) -> str:
+        """The job of trial ``number``: ``asha-007``."""
+        return f"{self.name}-{number:03d}"
+
+    def trial_job(self, number: int, params: dict[str, Any]) -> JobEntry:
+        """Trial ``number``'s job: the fixed arguments and ``params``."""
+        base = self.model_dump(
+            include=set(JobTemplate.model_fields) - {"args"},
+        )
+        return JobEntry(name=self.trial_name(number), args={**self.args, **params}, **base)
+
+
 class PolicySpec(_Strict):
     """How the controller decides (see docs/controller.md)."""
 
@@ -247,6 +318,16 @@ class ParslSpec(_Strict):
         return value
 
 
+class MetricSpec(_Strict):
+    """The metric that ranks the campaign's jobs: a name the training function reports with
+    ``ctx.report`` and whether higher (``max``) or lower (``min``) is better."""
+
+    name: Annotated[str, Field(pattern=METRIC_NAME.pattern, max_length=MAX_KEY_CHARS)]
+    direction: Literal["max", "min"] = Field(
+        description="'max' (accuracy) or 'min' (loss): which values are better"
+    )
+
+
 class Campaign(_Strict):
     """A whole campaign file."""
 
@@ -258,16 +339,27 @@ class Campaign(_Strict):
     policy: PolicySpec = Field(default_factory=PolicySpec)
     jobs: list[JobEntry] = Field(default_factory=list)
     sweeps: list[Sweep] = Field(default_factory=list)
+    searches: list[Search] = Field(
+        default_factory=list, description="Optuna searches: trials asked while the run goes"
+    )
     time_limit_s: float | None = Field(None, gt=0, description="stop the run after this long")
     python_path: list[str] = Field(
         default_factory=list, description="folders (relative to this file) holding the apps"
     )
     parsl: ParslSpec = Field(default_factory=ParslSpec, description="Parsl Config options")
+    metric: MetricSpec | None = Field(
+        None, description="the reported metric that ranks jobs: {name: acc, direction: max}"
+    )
 
     @model_validator(mode="after")
     def _some_jobs(self) -> Campaign:
-        if not self.jobs and not self.sweeps:
-            raise ValueError("a campaign needs at least one entry in jobs or sweeps")
+        if not self.jobs and not self.sweeps and not self.searches:
+            raise ValueError("a campaign needs at least one entry in jobs, sweeps or searches")
+        if self.searches and self.metric is None:
+            raise ValueError(
+                "searches need the campaign's metric, the reported value they optimise: "
+                "metric: {name: test_accuracy, direction: max}"
+            )
         return self
 
     def expanded(self) -> list[tuple[JobEntry, dict[str, Any]]]:
@@ -291,14 +383,17 @@ def _where(loc: tuple[Any, ...]) -> str:
 def _allowed_keys(model: type[BaseModel], loc: tuple[Any, ...]) -> str:
     """The keys allowed where an unknown key ``loc`` was found."""
     current: Any = model
+    key_next = False  # the part after a mapping field is one of its keys, not a field
     for part in loc[:-1]:
-        if isinstance(part, int) or current is None:
+        if isinstance(part, int) or current is None or key_next:
+            key_next = False
             continue
         field = getattr(current, "model_fields", {}).get(part)
         if field is None:
             current = None
             continue
         ann = field.annotation
+        key_next = getattr(ann, "__origin__", None) is dict
         args = getattr(ann, "__args__", ())
         candidates = [a for a in (ann, *args) if isinstance(a, type) and issubclass(a, BaseModel)]
         current = candidates[0] if candidates else None
@@ -335,14 +430,29 @@ def _check_names(campaign: Campaign, source: str) -> None:
             raise ConfigError(f"{source}: job name {job.name!r} is used twice ({seen[job.name]})")
         seen[job.name] = f"job {i}"
         assert _NAME.match(job.name)
+    searches: set[str] = set()
+    for i, search in enumerate(campaign.searches):
+        if search.name in searches:
+            raise ConfigError(f"{source}: search name {search.name!r} is used twice")
+        searches.add(search.name)
+        trial = re.compile(rf"{re.escape(search.name)}-\d{{3,}}")
+        clash = [name for name in seen if trial.fullmatch(name)]
+        if clash:
+            raise ConfigError(
+                f"{source}: searches[{i}] names its trials {search.name}-000, {search.name}-001, "
+                f"...; job {clash[0]!r} would be one of them: rename one"
+            )
 
 
-def _entries(campaign: Campaign) -> Iterator[tuple[str, int, JobEntry | Sweep]]:
-    """``(kind, index, entry)`` of every job and sweep, as messages name them (``jobs[1]``)."""
+def _entries(campaign: Campaign) -> Iterator[tuple[str, int, JobEntry | Sweep | Search]]:
+    """``(kind, index, entry)`` of every job, sweep and search, as messages name them
+    (``jobs[1]``)."""
     for i, job in enumerate(campaign.jobs):
         yield "jobs", i, job
     for i, sweep in enumerate(campaign.sweeps):
         yield "sweeps", i, sweep
+    for i, search in enumerate(campaign.searches):
+        yield "searches", i, search
 
 
 def check_apps(campaign: Campaign, *, source: str = "<campaign>") -> None:
@@ -356,6 +466,9 @@ def check_apps(campaign: Campaign, *, source: str = "<campaign>") -> None:
             problems.append(f"{kind}[{i}].app: {exc}")
             continue
         types = ArgTypes(fn)
+        if isinstance(entry, Search):
+            problems += _search_arg_problems(f"{kind}[{i}]", entry, fn, types)
+            continue
         runs = entry.expand() if isinstance(entry, Sweep) else [(entry, {})]
         seen: set[str] = set()
         for point, (job, params) in enumerate(runs):
@@ -374,6 +487,27 @@ def check_apps(campaign: Campaign, *, source: str = "<campaign>") -> None:
                 problems.append(f"{where}={value!r}{of_job}: {problem}")
     if problems:
         raise ConfigError(f"{source}: " + "; ".join(problems))
+
+
+def _search_arg_problems(where: str, search: Search, fn: Any, types: ArgTypes) -> list[str]:
+    """What is wrong with a search's arguments: the fixed ones and every value its space can
+    give, each named (``searches[0].space.lr``)."""
+    example = {name: dist.examples()[0] for name, dist in search.space.items()}
+    try:
+        check_app_args(fn, search.call_args(example))
+    except ValueError as exc:
+        return [f"{where}.args/space: {exc}"]
+    problems = []
+    for name, value in search.call_args().items():
+        origin = name if name in ("epochs", "samples") else f"args.{name}"
+        if (problem := types.problem(name, value)) is not None:
+            problems.append(f"{where}.{origin}={value!r}: {problem}")
+    for name, dist in search.space.items():
+        for value in dist.examples():
+            if (problem := types.problem(name, value)) is not None:
+                problems.append(f"{where}.space.{name}={value!r}: {problem}")
+                break
+    return problems
 
 
 def _arg_origin(
@@ -427,6 +561,8 @@ def check_site_fits(
         if isinstance(entry, Sweep):
             names = [job.name for job, _ in entry.expand()]
             jobs = f"jobs {names[0]} .. {names[-1]}" if len(names) > 1 else f"job {names[0]}"
+        elif isinstance(entry, Search):
+            jobs = f"its trials {entry.trial_name(0)} .."
         else:
             jobs = f"job {entry.name}"
         problems.append(
@@ -472,6 +608,7 @@ __all__ = [
     "ParslSpec",
     "PolicySpec",
     "RandomSearch",
+    "Search",
     "Sweep",
     "check_apps",
     "check_site_fits",

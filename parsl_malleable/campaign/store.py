@@ -6,11 +6,18 @@ at most the last second of samples, never a finished job. Tables:
 * ``meta``: when the campaign first started, how many runs (driver starts) it took, and which
   campaign owns the folder (``owner_name``, ``owner_sha256``, ``owner_file``: see
   :meth:`CampaignStore.claim`);
-* ``jobs``: one row per job: its spec, status (``waiting``, ``running``, ``done``, ``failed``),
+* ``jobs``: one row per job: its spec, status (``waiting``, ``running``, ``done``, ``failed``,
+  ``pruned``: a search's trial stopped early, with the step of the report that decided it),
   the run that finished it, result (JSON), node-seconds and rescales so far;
 * ``job_samples``: per sample and job: nodes held, ranks, samples/s, the node names, the last
   committed step (the progress column and its ETA, :meth:`CampaignStore.progress`);
-* ``site_samples``: per sample: nodes native, harvested (in our blocks), training, idle.
+* ``site_samples``: per sample: nodes native, harvested (in our blocks), training, idle;
+* ``job_metrics``: what each job's lead rank reported (``ctx.report``): one row per job, step
+  and metric name, the value NULL for a NaN (SQLite keeps no NaN; infinities are kept). Each
+  step holds the report of the timeline that was committed: :meth:`CampaignStore.record_metrics`
+  applies the coordinator's changes (drop the steps above a rollback's or resume's start, then
+  replace the steps reported again; :mod:`parsl_malleable.elastic.metric_book`). The campaign's
+  ``metric`` (name and direction) is kept in ``meta`` for ``status`` and the results.
 
 ``status DIR`` reads it while a run writes (WAL mode). Each open runs SQLite's integrity check;
 a damaged file, a full disk or a read-only folder raises
@@ -22,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import sqlite3
 import time
@@ -31,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from parsl_malleable.campaign.store_faults import damaged, fault, guarded
+from parsl_malleable.elastic.metric_book import MetricRecord
 from parsl_malleable.errors import ConfigError
 from parsl_malleable.private_files import check_private_file
 
@@ -50,7 +59,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     rescales INTEGER NOT NULL DEFAULT 0,
     result TEXT,
     error TEXT,
-    warnings TEXT
+    warnings TEXT,
+    pruned_step INTEGER
 );
 CREATE TABLE IF NOT EXISTS job_samples (
     t REAL NOT NULL, run INTEGER NOT NULL, job TEXT NOT NULL, nodes INTEGER NOT NULL,
@@ -60,9 +70,13 @@ CREATE TABLE IF NOT EXISTS site_samples (
     t REAL NOT NULL, run INTEGER NOT NULL, total INTEGER NOT NULL, native INTEGER NOT NULL,
     harvested INTEGER NOT NULL, training INTEGER NOT NULL, idle INTEGER NOT NULL
 );
+CREATE TABLE IF NOT EXISTS job_metrics (
+    job TEXT NOT NULL, step INTEGER NOT NULL, key TEXT NOT NULL, value REAL,
+    t REAL NOT NULL, run INTEGER NOT NULL, PRIMARY KEY (job, step, key)
+);
 """
 
-STATUSES = ("waiting", "running", "done", "failed")
+STATUSES = ("waiting", "running", "done", "failed", "pruned")
 OWNER_KEYS = ("owner_name", "owner_sha256", "owner_file")
 
 
@@ -141,6 +155,7 @@ class JobRow:
     result: dict[str, Any] | None
     error: str | None
     warnings: list[str]
+    pruned_step: int | None = None
 
 
 @dataclass(frozen=True)
@@ -155,6 +170,39 @@ class JobProgress:
         if total_steps is None or not self.steps_per_s:
             return None
         return max(0.0, (total_steps - self.step) / self.steps_per_s)
+
+
+@dataclass(frozen=True)
+class MetricSummary:
+    """One job's reports of one metric: how many, the last one, the best (None without a
+    direction, or when no finite value was reported) and how many were NaN or infinite."""
+
+    reports: int
+    final: float | None
+    final_step: int | None
+    best: float | None
+    best_step: int | None
+    nonfinite: int
+
+
+def summarise(series: list[tuple[int, float]], direction: str | None) -> MetricSummary:
+    """The :class:`MetricSummary` of ``(step, value)`` pairs in step order; ``direction``
+    ``max``, ``min`` or None (no best). NaN and infinities are never the best; the earliest
+    step wins a tie."""
+    usable = [(s, v) for s, v in series if math.isfinite(v)]
+    best: tuple[int, float] | None = None
+    if direction is not None and usable:
+        sign = 1.0 if direction == "max" else -1.0
+        best = max(usable, key=lambda sv: (sign * sv[1], -sv[0]))
+    last = series[-1] if series else None
+    return MetricSummary(
+        reports=len(series),
+        final=last[1] if last else None,
+        final_step=last[0] if last else None,
+        best=best[1] if best else None,
+        best_step=best[0] if best else None,
+        nonfinite=len(series) - len(usable),
+    )
 
 
 class CampaignStore:
@@ -215,6 +263,8 @@ class CampaignStore:
         have = {row[1] for row in self.db.execute("PRAGMA table_info(jobs)")}
         if "warnings" not in have:
             self.db.execute("ALTER TABLE jobs ADD COLUMN warnings TEXT")
+        if "pruned_step" not in have:
+            self.db.execute("ALTER TABLE jobs ADD COLUMN pruned_step INTEGER")
         sampled = {row[1] for row in self.db.execute("PRAGMA table_info(job_samples)")}
         if "step" not in sampled:
             self.db.execute("ALTER TABLE job_samples ADD COLUMN step INTEGER")
@@ -381,8 +431,8 @@ class CampaignStore:
         """Every job, in insertion order."""
         rows = self.db.execute(
             "SELECT name, spec, params, status, submissions, finished_in_run, resumed_from_step,"
-            " first_start, finished_at, node_seconds, rescales, result, error, warnings"
-            " FROM jobs ORDER BY rowid"
+            " first_start, finished_at, node_seconds, rescales, result, error, warnings,"
+            " pruned_step FROM jobs ORDER BY rowid"
         ).fetchall()
         return [
             JobRow(
@@ -400,6 +450,7 @@ class CampaignStore:
                 result=json.loads(r[11]) if r[11] else None,
                 error=r[12],
                 warnings=json.loads(r[13]) if r[13] else [],
+                pruned_step=r[14],
             )
             for r in rows
         ]
@@ -441,6 +492,37 @@ class CampaignStore:
             ),
         )
         self.db.commit()
+
+    @guarded
+    def prune(self, name: str, run: int, step: int | None) -> None:
+        """A search's pruner stopped the job at the report of ``step`` (None: not known, the
+        study had decided before the driver died): status ``pruned``, never run again."""
+        self.db.execute(
+            "UPDATE jobs SET status = 'pruned', finished_in_run = ?, finished_at = ?,"
+            " pruned_step = ? WHERE name = ?",
+            (run, time.time(), step, name),
+        )
+        self.db.commit()
+
+    @guarded
+    def mark_waiting(self, names: Iterable[str]) -> list[str]:
+        """Put jobs ``names`` back to ``waiting`` for a retry in place (``parsl-malleable
+        retry``): their result, error, warnings, end and resume step are cleared, their
+        node-seconds, rescales and driver runs kept (the node-hours were spent). The names
+        that are stored (others are left out)."""
+        marked = []
+        for name in names:
+            cursor = self.db.execute(
+                "UPDATE jobs SET status = 'waiting', finished_in_run = NULL, finished_at = NULL,"
+                " result = NULL, error = NULL, warnings = NULL, resumed_from_step = NULL,"
+                " pruned_step = NULL"
+                " WHERE name = ?",
+                (name,),
+            )
+            if cursor.rowcount:
+                marked.append(name)
+        self.db.commit()
+        return marked
 
     # -------------------------------------------------------------------- samples
 
@@ -539,6 +621,114 @@ class CampaignStore:
             "SELECT t, run, total, native, harvested, training, idle FROM site_samples ORDER BY t"
         ).fetchall()
 
+    # -------------------------------------------------------------------- metrics
+
+    @guarded
+    def record_metrics(
+        self, job: str, run: int, cut: int | None, records: Iterable[MetricRecord]
+    ) -> int:
+        """Apply a job's reported metrics as the coordinator changed them: drop the stored
+        steps above ``cut`` (a rollback's or a resume's start; None: none), then store
+        ``records``, each replacing whatever its step held. One transaction; the rows
+        written."""
+        if cut is not None:
+            self.db.execute("DELETE FROM job_metrics WHERE job = ? AND step > ?", (job, cut))
+        written = 0
+        for record in records:
+            self.db.execute(
+                "DELETE FROM job_metrics WHERE job = ? AND step = ?", (job, record.step)
+            )
+            for key, value in record.values.items():
+                self.db.execute(
+                    "INSERT INTO job_metrics(job, step, key, value, t, run)"
+                    " VALUES(?, ?, ?, ?, ?, ?)",
+                    (job, record.step, key, None if math.isnan(value) else value, record.time, run),
+                )
+                written += 1
+        self.db.commit()
+        return written
+
+    def _metric_rows(self, column: str | None, value: str | None) -> list[tuple[Any, ...]]:
+        """Rows of ``job_metrics`` (all, or those whose ``column``, ``job`` or ``key``, is
+        ``value``) by job, step and key."""
+        select = "SELECT job, step, key, value, t, run FROM job_metrics"
+        order = " ORDER BY job, step, key"
+        queries = {
+            None: (select + order, ()),
+            "job": (select + " WHERE job = ?" + order, (value,)),
+            "key": (select + " WHERE key = ?" + order, (value,)),
+        }
+        sql, args = queries[column]
+        try:
+            return self.db.execute(sql, args).fetchall()
+        except sqlite3.OperationalError:  # a folder from before metrics, opened read-only
+            return []
+
+    @guarded
+    def metrics(self, job: str | None = None) -> list[dict[str, Any]]:
+        """The stored reports, one dict per job and step (``job``, ``step``, ``time``, ``run``,
+        then the metrics; NaN where NaN was reported), by job and step."""
+        rows = self._metric_rows("job", job) if job else self._metric_rows(None, None)
+        out: list[dict[str, Any]] = []
+        for name, step, key, value, t, run in rows:
+            if not out or (out[-1]["job"], out[-1]["step"]) != (name, step):
+                out.append({"job": name, "step": step, "time": t, "run": run})
+            out[-1][key] = math.nan if value is None else value
+        return out
+
+    @guarded
+    def metric_series(self, key: str) -> dict[str, list[tuple[int, float]]]:
+        """Per job, ``(step, value)`` of metric ``key`` in step order (NaN where reported)."""
+        out: dict[str, list[tuple[int, float]]] = {}
+        for job, step, _key, value, _t, _run in self._metric_rows("key", key):
+            out.setdefault(job, []).append((step, math.nan if value is None else value))
+        return out
+
+    @guarded
+    def metric_names(self) -> list[str]:
+        """Every metric name reported by some job, by how many rows carry it (most first)."""
+        try:
+            rows = self.db.execute(
+                "SELECT key, COUNT(*) FROM job_metrics GROUP BY key ORDER BY 2 DESC, 1"
+            ).fetchall()
+        except sqlite3.OperationalError:
+            return []
+        return [row[0] for row in rows]
+
+    @guarded
+    def metric_summary(self, key: str, direction: str | None) -> dict[str, MetricSummary]:
+        """Per job that reported ``key``: its :class:`MetricSummary` (best by ``direction``)."""
+        return {job: summarise(s, direction) for job, s in self.metric_series(key).items()}
+
+    @guarded
+    def set_metric_spec(self, name: str | None, direction: str | None) -> None:
+        """Record the campaign's metric (None: none declared) for ``status`` and the results."""
+        self._set_meta("metric_name", name or "")
+        self._set_meta("metric_direction", direction or "")
+        self.db.commit()
+
+    @guarded
+    def metric_spec(self) -> tuple[str, str] | None:
+        """``(name, direction)`` of the campaign's metric, None when it declares none."""
+        name, direction = self.meta("metric_name"), self.meta("metric_direction")
+        return (name, direction) if name and direction else None
+
+    @guarded
+    def best_trial(self) -> tuple[str, MetricSummary] | None:
+        """The job with the best value of the campaign's metric so far, and its summary; None
+        without a declared metric or a finite report of it."""
+        spec = self.metric_spec()
+        if spec is None:
+            return None
+        name, direction = spec
+        found = [
+            (j, m) for j, m in self.metric_summary(name, direction).items() if m.best is not None
+        ]
+        if not found:
+            return None
+        sign = 1.0 if direction == "max" else -1.0
+        return max(found, key=lambda jm: sign * (jm[1].best or 0.0))
+
 
 __all__ = [
     "STATUSES",
@@ -548,4 +738,6 @@ __all__ = [
     "FolderOwnedError",
     "JobProgress",
     "JobRow",
+    "MetricSummary",
+    "summarise",
 ]

@@ -3,8 +3,9 @@
 Everything a run checks before it starts, without starting anything: the file (every key, with
 its path), the apps (imported, their arguments bound to the training function), the ``parsl:``
 options, the site profile (found, its overrides valid) and that every job fits the site. Then
-the jobs, sweeps expanded, as a table (``--json`` for scripts). ``run --dry-run`` is the same.
-Exit status 1, with the reason, for a campaign that a run would refuse.
+the jobs, sweeps expanded, as a table (``--json`` for scripts), and what each search expands
+to: its space, sampler, pruner and budget (its trials are asked while the run goes). ``run
+--dry-run`` is the same. Exit status 1, with the reason, for a campaign that a run would refuse.
 """
 
 from __future__ import annotations
@@ -58,6 +59,48 @@ def job_rows(campaign: Campaign) -> list[dict[str, Any]]:
     ]
 
 
+def search_rows(campaign: Campaign, default_parallel: int) -> list[dict[str, Any]]:
+    """One mapping per search: what its trials get (``args``, ``space``) and its budget."""
+    return [
+        {
+            "name": search.name,
+            "app": search.app,
+            "trials": search.trials,
+            "parallel": search.parallel or default_parallel,
+            "jobs": f"{search.trial_name(0)} .. {search.trial_name(search.trials - 1)}",
+            "epochs": search.epochs,
+            "min_nodes": search.min_nodes,
+            "max_nodes": search.max_nodes,
+            "args": search.call_args(),
+            "space": {n: d.model_dump(exclude_unset=True) for n, d in search.space.items()},
+            "space_text": {n: d.describe() for n, d in search.space.items()},
+            "sampler": search.sampler.model_dump(exclude_unset=True)
+            | {"type": search.sampler.type},
+            "pruner": search.pruner.describe(),
+            "resource": search.resource or "step",
+        }
+        for search in campaign.searches
+    ]
+
+
+def search_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """What each search expands to, a few short lines each (they fit 80 columns)."""
+    lines = []
+    for row in rows:
+        sampler = row["sampler"]
+        space = [f"{name}: {text}" for name, text in row["space_text"].items()]
+        lines += [
+            f"search {row['name']}: {row['trials']} trials ({row['jobs']}), {row['parallel']} at "
+            f"once, nodes {row['min_nodes']}-{row['max_nodes']}, app {row['app']}",
+            f"  space:   {space[0]}",
+            *(f"           {text}" for text in space[1:]),
+            f"  sampler: {sampler['type']} (seed {sampler.get('seed', 0)})",
+            f"  pruner:  {row['pruner']} on {row['resource']}",
+            "  args:    " + (", ".join(f"{k}={v}" for k, v in row["args"].items()) or "-"),
+        ]
+    return lines
+
+
 def jobs_table(rows: list[dict[str, Any]], title: str) -> Table:
     """The jobs as a rich table."""
     from rich.table import Table
@@ -91,6 +134,9 @@ def report(path: Path, *, site: str | None = None, as_json: bool = False) -> Non
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
     rows = job_rows(campaign)
+    from parsl_malleable.campaign.spec import site_capacity
+
+    searches = search_rows(campaign, site_capacity(profile)[0])
     if as_json:
         click.echo(
             json.dumps(
@@ -99,6 +145,7 @@ def report(path: Path, *, site: str | None = None, as_json: bool = False) -> Non
                     "site": profile.name,
                     "scheduler": profile.scheduler,
                     "jobs": rows,
+                    "searches": searches,
                 },
                 indent=1,
                 default=str,
@@ -110,7 +157,14 @@ def report(path: Path, *, site: str | None = None, as_json: bool = False) -> Non
 
     console = Console()
     title = f"{path}: {len(rows)} job(s) on site {profile.name!r} ({profile.scheduler})"
-    console.print(jobs_table(rows, escape(title)))
+    if rows or not searches:
+        console.print(jobs_table(rows, escape(title)))
+    else:
+        console.print(
+            escape(f"{path}: searches only, on site {profile.name!r} ({profile.scheduler})")
+        )
+    for line in search_lines(searches):
+        console.print(escape(line), soft_wrap=True)
     console.print(f"campaign {escape(str(path))} is valid")
 
 
@@ -124,4 +178,12 @@ def validate(campaign_file: Path, site: str | None, as_json: bool) -> None:
     report(campaign_file, site=site, as_json=as_json)
 
 
-__all__ = ["check_campaign", "job_rows", "jobs_table", "report", "validate"]
+__all__ = [
+    "check_campaign",
+    "job_rows",
+    "jobs_table",
+    "report",
+    "search_lines",
+    "search_rows",
+    "validate",
+]

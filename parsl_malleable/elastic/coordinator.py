@@ -12,6 +12,11 @@ Ranks connect over TCP (:mod:`parsl_malleable.elastic.wire`). The protocol, from
    assignment: a new epoch, ``leave`` (possibly saving a disk checkpoint first) or ``exit``;
 5. ``finish`` (rank 0, training complete), ``left`` (a leaver is gone), ``abort`` (user error).
 
+Beside the protocol, rank 0 sends ``timeline`` when its group starts (the step it starts from)
+and ``metrics`` for each ``ctx.report``; they are kept in a
+:class:`~parsl_malleable.elastic.metric_book.MetricBook` (the merge rule that keeps the reports
+of the committed timeline through rollbacks and resumes is described there).
+
 This module is the protocol's dispatch and the coordinator's lifecycle: :meth:`Coordinator.handle`
 turns each request into a call of the socket-free state machine,
 :class:`~parsl_malleable.elastic.membership.Membership` (members, epochs, assignments, events;
@@ -37,6 +42,13 @@ from parsl_malleable.elastic.coordinator_server import CoordinatorServer
 from parsl_malleable.elastic.kv_table import KV_OPS
 from parsl_malleable.elastic.kv_table import serve as serve_kv
 from parsl_malleable.elastic.membership import MemberRecord, Membership
+from parsl_malleable.elastic.metric_book import (
+    MAX_REPORTS,
+    MetricBook,
+    MetricChanges,
+    MetricRecord,
+    finite,
+)
 from parsl_malleable.elastic.settings import keep_tail
 from parsl_malleable.elastic.wire import send_message
 
@@ -60,6 +72,7 @@ class Coordinator:
         token: str | None = None,
         measure_every_s: float = 2.0,
         checkpoint_policy: dict[str, Any] | None = None,
+        max_reports: int = MAX_REPORTS,
     ) -> None:
         self._membership = Membership(
             rendezvous,
@@ -84,6 +97,7 @@ class Coordinator:
         self._server: CoordinatorServer | None = None
         self._threads: list[threading.Thread] = []
         self._abort_traceback = ""
+        self._metrics = MetricBook(max_reports)
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -268,6 +282,20 @@ class Coordinator:
         the first epoch, to the new epoch's first commit)."""
         return self._membership.take_measurements()
 
+    def metric_records(self) -> list[MetricRecord]:
+        """The reports of rank 0's ``ctx.report`` kept for this job, by step (the newest
+        ``max_reports`` steps; see :mod:`~parsl_malleable.elastic.metric_book`)."""
+        return self._metrics.records()
+
+    def take_metrics(self) -> MetricChanges:
+        """The reports changed since the last call, and the step above which stored ones were
+        dropped: for the one consumer that persists them (the campaign runner)."""
+        return self._metrics.take()
+
+    def metric_counts(self) -> dict[str, int]:
+        """Reports accepted, stale, dropped by a rollback, evicted, non-finite values, kept."""
+        return self._metrics.counts()
+
     # ------------------------------------------------------------ rank protocol
 
     def handle(self, message: dict[str, Any]) -> dict[str, Any]:
@@ -298,6 +326,8 @@ class Coordinator:
             "abort": self._abort_from_rank,
             "warn": self._warn_from_rank,
             "leaving": self._leaving_from_rank,
+            "metrics": self._metrics_from_rank,
+            "timeline": self._timeline_from_rank,
         }
         handler = handlers.get(op)  # type: ignore[arg-type]
         if handler is None:
@@ -392,4 +422,33 @@ class Coordinator:
             "member %s leaves at its next commit: %s", member_id, message.get("reason", "notice")
         )
         self.drain(member_ids=[member_id])
+        return {"ok": True}
+
+    def _timeline_from_rank(self, member_id: str, message: dict[str, Any]) -> dict[str, Any]:
+        epoch, base = int(message["epoch"]), int(message["base"])
+        if self._metrics.timeline(epoch, base):
+            logger.debug("epoch %d starts from step %d: later reports dropped", epoch, base)
+        return {"ok": True}
+
+    def _metrics_from_rank(self, member_id: str, message: dict[str, Any]) -> dict[str, Any]:
+        values = {str(k): float(v) for k, v in message["values"].items()}
+        evicted, nonfinite = self._metrics.evicted, self._metrics.nonfinite
+        if not self._metrics.add(int(message["epoch"]), int(message["step"]), values):
+            return {"ok": True, "stale": True}
+        bad = sorted(k for k, v in values.items() if not finite(v))
+        if bad:
+            # The first at WARNING; the rest are counted (metric_counts), not one line each.
+            logger.log(
+                logging.WARNING if nonfinite == 0 else logging.DEBUG,
+                "member %s reported non-finite %s at step %s (kept as reported, never a best; "
+                "later ones are counted)",
+                member_id,
+                ", ".join(f"{k}={values[k]}" for k in bad),
+                message["step"],
+            )
+        if evicted == 0 and self._metrics.evicted:
+            self.warn(
+                f"more than {self._metrics.max_reports} metric reports: the coordinator keeps "
+                "the newest ones only (a campaign's store keeps all; report less often)"
+            )
         return {"ok": True}

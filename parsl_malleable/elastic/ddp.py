@@ -5,8 +5,11 @@ An :class:`ElasticDDP` is an ``nn.Module`` that stays the same object for the wh
 :meth:`ElasticDDP.rebuild` when a group forms). Gradients are averaged by DDP's reducer, bucket
 by bucket while ``backward()`` runs, through a communication hook that
 
-* weights each rank's part by the sampler's :meth:`weight`, so a short or uneven global step is
-  averaged exactly (``ElasticDistributedSampler``), and
+* weights each rank's part by the sampler's :meth:`weight` (``local_count * world_size /
+  global_count``) before the sum and divides by the world size after it, so a global batch
+  split unevenly (not a multiple of the world size, the short last step of an epoch) averages
+  to exactly the one-rank gradient (``ElasticDistributedSampler``; the micro-batches of an
+  accumulation are weighted by the loop, with its ``loss_weight()``), and
 * records a failed collective, so that the runtime treats the error that ``backward()`` raises
   when a peer dies as a lost peer (roll back to the last commit) and not as a bug in user code.
 """

@@ -16,10 +16,13 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
 
+from parsl_malleable.elastic.metric_book import KEY, MAX_KEY_CHARS, MAX_KEYS
+
 # A nonce and a proof are SHA-256 sized hex strings; nothing longer is ever read as one.
 Hex64 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
 MemberId = Annotated[str, Field(min_length=1, max_length=256)]
 Key = Annotated[str, Field(min_length=1, max_length=1024)]
+MetricName = Annotated[str, Field(pattern=KEY.pattern, max_length=MAX_KEY_CHARS)]
 
 
 class Challenge(BaseModel):
@@ -157,6 +160,28 @@ class Leaving(_MemberRequest):
     reason: str = "notice"
 
 
+class Metrics(_MemberRequest):
+    """Rank 0 of ``epoch`` reports metrics of ``step`` (:mod:`~parsl_malleable.elastic.metric_book`
+    holds the limits and the merge rule)."""
+
+    op: Literal["metrics"]
+    epoch: int
+    step: Annotated[int, Field(ge=0)]
+    values: Annotated[
+        dict[MetricName, Annotated[float, Field(strict=True)]],
+        Field(min_length=1, max_length=MAX_KEYS),
+    ]
+
+
+class Timeline(_MemberRequest):
+    """Rank 0 of a new ``epoch`` starts from committed step ``base``: reports above it belong to
+    an abandoned timeline."""
+
+    op: Literal["timeline"]
+    epoch: int
+    base: Annotated[int, Field(ge=0)]
+
+
 class KvSet(Request):
     """Rendezvous key store: set ``key`` to base64 ``value``."""
 
@@ -225,6 +250,7 @@ def _by_op(*models: type[Request]) -> dict[str, type[Request]]:
 # What a rank (or its store, or a plain client) may send the coordinator once authenticated.
 COORDINATOR_REQUESTS: Mapping[str, type[Request]] = _by_op(
     Hello, Register, Liveness, Join, Poll, Report, Left, Finish, Abort, Warn, Leaving,
+    Metrics, Timeline,
     KvSet, KvGet, KvAdd, KvCas, KvCheck, KvWait, KvDelete, KvNum,
 )  # fmt: skip
 

@@ -18,6 +18,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
+from numbers import Integral
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -27,6 +28,7 @@ from parsl_malleable.elastic.backend_interface import info_from_json
 from parsl_malleable.elastic.backend_registry import get_backend
 from parsl_malleable.elastic.checkpoint import CheckpointStore, describe_job
 from parsl_malleable.elastic.ddp import ElasticDDP
+from parsl_malleable.elastic.metric_book import check_metrics
 from parsl_malleable.elastic.sampler import ElasticDistributedSampler
 from parsl_malleable.elastic.settings import (
     RankOutcome,
@@ -34,7 +36,12 @@ from parsl_malleable.elastic.settings import (
     RankSpec,
     failure_traceback,
 )
-from parsl_malleable.elastic.state import ElasticSampler, ElasticState, ResizeHook
+from parsl_malleable.elastic.state import (
+    ElasticSampler,
+    ElasticState,
+    ResizeHook,
+    job_batch_defaults,
+)
 from parsl_malleable.elastic.wire import (
     MAX_LINE,
     CoordinatorClient,
@@ -181,13 +188,14 @@ class RankContext:
         scaler: Any = None,
         **fields: Any,
     ) -> ElasticState:
-        """Create the job's :class:`ElasticState` (same arguments)."""
+        """Create the job's :class:`ElasticState` (same arguments); the job's ``batch`` option
+        fills in a sampler made without ``batch=`` and the default resize hooks."""
         return ElasticState(
             model,
             optimizer=optimizer,
             scheduler=scheduler,
             sampler=sampler,
-            resize_hooks=resize_hooks,
+            resize_hooks=job_batch_defaults(self.settings.batch, sampler, resize_hooks),
             scaler=scaler,
             **fields,
         )
@@ -251,6 +259,29 @@ class RankContext:
             for g in grads:
                 g.mul_(weight)
         self.allreduce_mean_(grads)
+
+    def report(self, step: int, **metrics: Any) -> None:
+        """Send ``metrics`` (names to numbers) of ``step`` to the driver, from the job's lead
+        rank; on every other rank this returns at once and sends nothing.
+
+        Call it before ``state.commit()``, with the step that commit completes
+        (``state.step + 1``): a membership change can stop the loop inside ``commit()``, so a
+        report placed after it may never be made. Reports survive resizes and resumes: the
+        driver keeps, for each step, the report of the timeline that was finally committed
+        (:mod:`~parsl_malleable.elastic.metric_book`). At most 16 names per report; NaN and
+        infinities are kept and counted, never taken as a best. A bad name or value raises
+        :class:`~parsl_malleable.errors.ConfigError` on the lead rank."""
+        if self.rank != 0:
+            return
+        try:
+            values = check_metrics(metrics)
+        except ValueError as exc:
+            raise ConfigError(f"ctx.report(step={step!r}): {exc}") from None
+        if isinstance(step, bool) or not isinstance(step, Integral) or step < 0:
+            raise ConfigError(f"ctx.report: step must be a whole number >= 0, got {step!r}")
+        self._client.request(
+            "metrics", member=self.member_id, epoch=self.epoch, step=int(step), values=values
+        )
 
     def run(self, loop: Callable[[ElasticState], T], state: ElasticState) -> T:
         """Train with ``loop(state)`` until it returns, across any number of membership changes.
@@ -425,6 +456,10 @@ class RankContext:
         except Exception as exc:
             raise PeerLost(f"forming epoch {self.epoch} failed: {exc}") from exc
         self._sync(state)
+        if self.rank == 0:  # reports above the step this group starts from are void
+            self._client.request(
+                "timeline", member=self.member_id, epoch=self.epoch, base=state.step
+            )
         if isinstance(state.sampler, ElasticDistributedSampler):
             state.sampler.set_group(self.rank, self.world_size)
         for wrapper in self._wrapped:

@@ -31,6 +31,8 @@ class RankSettings:
     collective_timeout_s: float = 30.0
     heartbeat_interval_s: float = 1.0
     torch_threads: int | None = 1
+    # What a sampler's batch_size means where the training function did not say (app option).
+    batch: str = "global"
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,12 @@ from typing import Any
 import torch
 
 from parsl_malleable.elastic.checkpoint import model_fingerprint
-from parsl_malleable.elastic.sampler import ElasticDistributedSampler
+from parsl_malleable.elastic.sampler import (
+    BatchMode,
+    ElasticDistributedSampler,
+    batch_mode,
+    share,
+)
 
 ResizeHook = Callable[["ElasticState", int, int], None]
 
@@ -25,13 +30,23 @@ class ElasticSampler:
     """Hands each rank its share of the next global batch; position survives any resize.
 
     An epoch is one permutation of ``range(num_samples)`` (seeded by ``seed`` and the epoch). A
-    step consumes the next ``world_size * batch_size`` entries, split into contiguous near-equal
-    parts by rank. The state is only ``(epoch, position)``, independent of the world size, so after
-    a resize the remaining samples of the epoch are re-sharded over the new ranks: none is seen
-    twice in an epoch and none is skipped.
+    step consumes the next ``batch_size`` entries (the global batch, whatever the world size;
+    ``world_size * batch_size`` with ``batch="per_rank"``), split into contiguous near-equal
+    parts by rank. The state is only ``(epoch, position)``, independent of the world size, so
+    after a resize the remaining samples of the epoch are re-sharded over the new ranks: none is
+    seen twice in an epoch and none is skipped. ``batch=None`` takes the job's ``batch`` option
+    in ``ctx.state`` (``"global"`` unless the app says otherwise).
     """
 
-    def __init__(self, num_samples: int, batch_size: int, seed: int = 0, shuffle: bool = True):
+    def __init__(
+        self,
+        num_samples: int,
+        batch_size: int,
+        seed: int = 0,
+        shuffle: bool = True,
+        *,
+        batch: BatchMode | None = None,
+    ):
         if num_samples < 1 or batch_size < 1:
             raise ValueError(
                 f"ElasticSampler needs num_samples >= 1 and batch_size >= 1; "
@@ -39,6 +54,7 @@ class ElasticSampler:
             )
         self.num_samples = num_samples
         self.batch_size = batch_size
+        self.batch = batch_mode(batch, "ElasticSampler")
         self.seed = seed
         self.shuffle = shuffle
         self.epoch = 0
@@ -55,16 +71,18 @@ class ElasticSampler:
             self._perm = (self.epoch, perm)
         return self._perm[1]
 
+    def global_batch(self, world_size: int) -> int:
+        """Samples in a full global batch at ``world_size`` ranks."""
+        return self.batch_size * (world_size if self.batch == "per_rank" else 1)
+
     def global_count(self, world_size: int) -> int:
         """Samples in the next global batch (the last one of an epoch may be short)."""
-        return min(world_size * self.batch_size, self.num_samples - self.position)
+        return min(self.global_batch(world_size), self.num_samples - self.position)
 
     def local_indices(self, rank: int, world_size: int) -> torch.Tensor:
         """Indices (into the data set) of this rank's part of the next global batch."""
-        count = self.global_count(world_size)
-        base, extra = divmod(count, world_size)
-        start = self.position + rank * base + min(rank, extra)
-        length = base + (1 if rank < extra else 0)
+        offset, length = share(self.global_count(world_size), world_size, rank)
+        start = self.position + offset
         return self._permutation()[start : start + length]
 
     def advance(self, world_size: int) -> None:
@@ -90,7 +108,12 @@ class ElasticSampler:
 
 
 def linear_lr_scaling(state: ElasticState, old_world_size: int, new_world_size: int) -> None:
-    """Scale learning rates with the global batch (the linear rule of Goyal et al., 2017)."""
+    """Scale learning rates with the world size (the linear rule of Goyal et al., 2017).
+
+    For a global batch that grows with the world (``batch="per_rank"``), where it is the default
+    resize hook; with the default fixed global batch nothing needs scaling. Give it explicitly
+    (``ctx.state(..., resize_hooks=[linear_lr_scaling])``) to scale in other cases.
+    """
     if state.optimizer is None or old_world_size == new_world_size or old_world_size < 1:
         return
     factor = new_world_size / old_world_size
@@ -103,14 +126,39 @@ def linear_lr_scaling(state: ElasticState, old_world_size: int, new_world_size: 
         scheduler.base_lrs = [lr * factor for lr in scheduler.base_lrs]
 
 
+def default_resize_hooks(batch: BatchMode | None) -> list[ResizeHook]:
+    """The resize hooks of a state made without ``resize_hooks=``: :func:`linear_lr_scaling`
+    when the global batch grows with the world (``"per_rank"``), else none: the learning rate
+    is never scaled behind the user's back."""
+    return [linear_lr_scaling] if batch == "per_rank" else []
+
+
+def job_batch_defaults(
+    batch: str,
+    sampler: ElasticSampler | ElasticDistributedSampler | None,
+    resize_hooks: list[ResizeHook] | None,
+) -> list[ResizeHook]:
+    """Apply a job's ``batch`` option where the training function chose nothing: a sampler
+    made without ``batch=`` takes it; the resize hooks, when not given, follow the sampler's
+    mode (the job's without a sampler). Returns the resize hooks."""
+    mode = batch_mode(batch, "the job's batch option") or "global"
+    if sampler is not None and sampler.batch is None:
+        sampler.batch = mode
+    if resize_hooks is not None:
+        return list(resize_hooks)
+    return default_resize_hooks(sampler.batch if sampler is not None else mode)
+
+
 class ElasticState:
     """Model, optimizer, scheduler, sampler, gradient scaler and user fields, with in-memory
     commits.
 
     User fields are passed as keyword arguments and read or written as attributes
     (``state.best_accuracy``); they must be plain values or tensors. ``world_size`` is the group
-    size the hyper-parameters currently correspond to (1 before training starts: give the
-    optimizer the learning rate of one rank, and :func:`linear_lr_scaling` scales it).
+    size the hyper-parameters currently correspond to (1 before training starts). Resize hooks
+    run when it changes; without ``resize_hooks=`` there are none (the default global batch
+    needs no scaling), or :func:`linear_lr_scaling` when the sampler's batch is ``"per_rank"``
+    (give the optimizer the learning rate of one rank then).
     """
 
     _OWN = frozenset(
@@ -149,7 +197,9 @@ class ElasticState:
         self.world_size = 1
         self.step = 0
         self.resize_hooks: list[ResizeHook] = (
-            [linear_lr_scaling] if resize_hooks is None else list(resize_hooks)
+            default_resize_hooks(sampler.batch if sampler is not None else None)
+            if resize_hooks is None
+            else list(resize_hooks)
         )
         self._committed: dict[str, Any] | None = None
         self._commit_hook: Callable[[ElasticState], None] | None = None

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
@@ -35,42 +36,80 @@ def _hours(value: object) -> str:
     return "-" if not isinstance(value, float) or math.isnan(value) else f"{value:.2f}"
 
 
-def result_table(results: list[ReplayResult]) -> Table:
+# (key, header) of every column, in order; a header's lines break where it says "\n".
+COLUMNS: tuple[tuple[str, str], ...] = (
+    ("policy", "policy"),
+    ("jobs", "jobs\ndone"),
+    ("samples", "samples\n(G)"),
+    ("of_upper", "% of\nupper\nbound"),
+    ("of_offline", "% of\noffline\nbound"),
+    ("time_to_result", "to\nresult\n(h)"),
+    ("mean_jct", "mean\nJCT (h)"),
+    ("harvested", "harvested"),
+    ("rescales", "rescales"),
+    ("decisions", "decisions"),
+    ("wall", "wall\n(s)"),
+    ("efficiency", "efficiency"),
+)
+# The default columns, which fit 80 columns (1,001 jobs, 100.0%, 123456 rescales included):
+# samples against the bounds first, then how soon and at what churn. --wide shows them all.
+NARROW = (
+    "policy",
+    "jobs",
+    "samples",
+    "of_upper",
+    "of_offline",
+    "time_to_result",
+    "harvested",
+    "rescales",
+)
+
+
+def _cells(r: ReplayResult) -> dict[str, str]:
+    s = r.summary()
+    return {
+        "policy": r.policy,
+        "jobs": f"{s['finished']}/{s['jobs']}",
+        "samples": f"{float(s['samples']) / 1e9:.3f}",
+        "of_upper": _percent(s["of_upper"]),
+        "of_offline": _percent(s["of_offline"]),
+        "time_to_result": _hours(s["time_to_result_h"]),
+        "mean_jct": _hours(s["mean_jct_h"]),
+        "harvested": _percent(s["harvested_fraction"]),
+        "rescales": str(s["rescales"]),
+        "decisions": str(s["decisions"]),
+        "wall": f"{s['wall_s']:.1f}",
+        "efficiency": _percent(s["efficiency"]),
+    }
+
+
+def result_table(results: list[ReplayResult], *, wide: bool = True) -> Table:
     """One row per policy: samples against what the idle nodes allow first, efficiency last
-    (it rewards holding fewer nodes, so it is no headline)."""
-    table = Table(title="replay")
-    for column in (
-        "policy",
-        "jobs done",
-        "samples (G)",
-        "of upper bound",
-        "of offline bound",
-        "time to result (h)",
-        "mean JCT (h)",
-        "harvested",
-        "rescales",
-        "decisions",
-        "wall (s)",
-        "efficiency",
-    ):
-        table.add_column(column, justify="left" if column == "policy" else "right")
+    (it rewards holding fewer nodes, so it is no headline). ``wide=False``: the columns of
+    :data:`NARROW` only, which fit 80 columns (every figure is in ``summary.csv``)."""
+    keys = [key for key, _ in COLUMNS if wide or key in NARROW]
+    table = Table(
+        title="replay", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0)
+    )
+    headers = dict(COLUMNS)
+    for key in keys:
+        table.add_column(headers[key], justify="left" if key == "policy" else "right", no_wrap=True)
     for r in results:
-        s = r.summary()
-        table.add_row(
-            r.policy,
-            f"{s['finished']}/{s['jobs']}",
-            f"{float(s['samples']) / 1e9:.3f}",
-            _percent(s["of_upper"]),
-            _percent(s["of_offline"]),
-            _hours(s["time_to_result_h"]),
-            _hours(s["mean_jct_h"]),
-            _percent(s["harvested_fraction"]),
-            str(s["rescales"]),
-            str(s["decisions"]),
-            f"{s['wall_s']:.1f}",
-            _percent(s["efficiency"]),
-        )
+        cells = _cells(r)
+        table.add_row(*(cells[key] for key in keys))
     return table
+
+
+def print_table(console: Console, table: Table) -> None:
+    """Print ``table`` whole: on a console narrower than it, in lines as long as it needs
+    (a terminal wraps them; a file or pipe keeps them) rather than with cells cut short."""
+    needed = console.measure(table, options=console.options.update_width(10_000)).maximum
+    width = console.width
+    console.width = max(width, needed)
+    try:
+        console.print(table)
+    finally:
+        console.width = width
 
 
 def write_results(results: list[ReplayResult], out: Path) -> list[Path]:
@@ -129,10 +168,17 @@ def write_results(results: list[ReplayResult], out: Path) -> list[Path]:
     "calibration_path",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     help="Costs measured on the real runtime (benchmarks/bench_block_start.py writes them): "
-    "nodes train that long after they go idle, rescales pause as measured (docs/replay.md).",
+    "nodes train that long after they go idle, rescales pause as measured (the Replay page of "
+    "the project's documentation).",
 )
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), help="Write CSVs here.")
+@click.option(
+    "--wide",
+    is_flag=True,
+    help="Every column of the table (mean JCT, decisions, wall time, efficiency too), in lines "
+    "as long as they need; the default columns fit 80.",
+)
 def replay(
     demo: bool,
     trace_path: Path | None,
@@ -147,6 +193,7 @@ def replay(
     calibration_path: Path | None,
     seed: int,
     out: Path | None,
+    wide: bool,
 ) -> None:
     """Replay an idle-node timeline with a training workload under each policy."""
     from parsl_malleable.replay.calibration import apply_calibration, load_calibration
@@ -188,10 +235,12 @@ def replay(
         f"{timeline.source}: {timeline.nodes} nodes, "
         f"{(timeline.t1 - timeline.t0) / 86400:.2f} days, {len(work)} jobs ({workload})"
     )
-    console.print(result_table(results))
+    print_table(console, result_table(results, wide=wide))
+    if not wide:
+        console.print("mean JCT, decisions, wall time, efficiency: --wide (every figure: --out)")
     if out is not None:
         for path in write_results(results, out):
             console.print(f"wrote {path}")
 
 
-__all__ = ["replay", "result_table", "write_results"]
+__all__ = ["COLUMNS", "NARROW", "print_table", "replay", "result_table", "write_results"]

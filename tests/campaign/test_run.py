@@ -52,9 +52,14 @@ def test_demo_trains_every_job_and_writes_table_and_pictures(
     assert (table["node_hours"] > 0).all() and (table["time_to_result_s"] > 0).all()
     parquet = pd.read_parquet(output / "results.parquet").set_index("job")
     assert parquet["result.test_accuracy"].tolist() == table["result.test_accuracy"].tolist()
-    for name in ("gantt.png", "nodes.png"):
+    for name in ("gantt.png", "nodes.png", "curves.png"):
         width, height = png_size(output / name)
         assert width > 500 and height > 150
+    # digits reports test accuracy at each epoch's end: one row per epoch, in step order.
+    for job in table.index:
+        curve = pd.read_csv(output / "metrics" / f"{job}.csv")
+        assert curve["epoch"].tolist() == list(range(1, runs.EPOCHS + 1)), curve
+        assert curve["step"].is_monotonic_increasing and table.loc[job, "reports"] == runs.EPOCHS
     # Blocks appeared and vanished while native jobs held part of the site.
     site = runs.query(output, "SELECT harvested, native FROM site_samples")
     harvested = [h for h, _ in site]
@@ -132,6 +137,10 @@ def test_a_killed_driver_leaves_nothing_running_and_the_rerun_finishes_every_job
         [table["result.test_accuracy"], expected["result.test_accuracy"]], axis=1
     )
     assert (table["result.test_accuracy"] >= 0.95).all()
+    # The reports of every epoch survived the kill and the resume: once each, none missing.
+    for name in table.index:
+        curve = pd.read_csv(output / "metrics" / f"{name}.csv")
+        assert curve["epoch"].tolist() == list(range(1, runs.EPOCHS + 1)), (name, curve)
 
 
 @pytest.mark.slurm

@@ -214,6 +214,7 @@ def test_a_job_larger_than_the_first_snapshot_fails_instead_of_waiting(tmp_path:
 
     from parsl_malleable.app import ElasticJobError
     from parsl_malleable.campaign.store import CampaignStore
+    from parsl_malleable.elastic.metric_book import MetricBook, MetricChanges
     from parsl_malleable.snapshot import Node, NodeState, Snapshot
 
     class Job:  # what the runner reads of an ElasticJob
@@ -227,6 +228,12 @@ def test_a_job_larger_than_the_first_snapshot_fails_instead_of_waiting(tmp_path:
 
         def fail(self, message: str) -> None:
             self.future.set_exception(ElasticJobError(message))
+
+        def take_metrics(self) -> MetricChanges:
+            return MetricBook().take()
+
+        def metric_counts(self) -> dict[str, int]:
+            return MetricBook().counts()
 
     # The profile lets 6 nodes be harvested; the partition the scheduler reports has 3.
     campaign = parse_campaign(

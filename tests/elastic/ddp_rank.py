@@ -1,7 +1,7 @@
 """One rank process of tests/elastic/test_ddp_resize.py: digits trained with ``ctx.wrap`` (DDP)
 and a ``DataLoader`` (one persistent worker process) over an
-``ElasticDistributedSampler``, optionally in fp16 with a GradScaler and with gradient
-accumulation (``apps.digits.train_ddp``'s loop).
+``ElasticDistributedSampler`` (a fixed global batch), optionally in fp16 with a GradScaler and
+with micro-batches (gradient accumulation; ``apps.digits.train_ddp``'s loop).
 
 Run as ``python ddp_rank.py HOST PORT TOKEN MEMBER SETTINGS_JSON ARGS_JSON``; prints
 ``outcome <json>`` on its last line. Besides training, every step adds the indices this rank's
@@ -52,13 +52,13 @@ def train(
     pace_file: str = "",
     step_delay_s: float = 0.0,
     precision: str = "fp32",
-    accumulate: int = 1,
+    micro_batch: int | None = None,
 ) -> dict[str, Any]:
     x_tr, y_tr, x_te, y_te = load_data()
     n = len(x_tr)
     model = make_model((128,), seed)
     optimizer, scheduler = make_optimizer(model, lr, epochs)
-    sampler = ElasticDistributedSampler(n, batch_size, seed=seed)
+    sampler = ElasticDistributedSampler(n, batch_size, seed=seed, micro_batch=micro_batch)
     loader = DataLoader(
         Indexed(x_tr, y_tr), batch_sampler=sampler, num_workers=1, persistent_workers=True
     )
@@ -68,29 +68,24 @@ def train(
     state = ctx.state(model, optimizer, scheduler, sampler=sampler, scaler=amp.scaler, seen=seen)
 
     def loop(state: Any) -> dict[str, Any]:
-        micro = 0
         while sampler.epoch < epochs:
             for x, y, index in loader:
-                if micro == 0:
+                if sampler.micro == 0:
                     optimizer.zero_grad()
-                micro += 1
-                last = micro == accumulate
-                with contextlib.nullcontext() if last else ddp.no_sync():
+                with contextlib.nullcontext() if sampler.last_micro() else ddp.no_sync():
                     with amp.autocast():
-                        loss = F.cross_entropy(ddp(x), y) / accumulate
+                        loss = F.cross_entropy(ddp(x), y) * sampler.loss_weight()
                     amp.backward(loss)
                 counts = torch.zeros(n, dtype=torch.float64)
-                counts[index[: sampler.local_count()]] += 1
+                counts[index[: sampler.local_micro_count()]] += 1
                 ctx.allreduce_mean_([counts])
                 state.seen[sampler.epoch] += torch.round(counts * ctx.world_size).float()
                 epoch = sampler.epoch
-                sampler.advance()
-                if sampler.epoch != epoch:
-                    scheduler.step()
-                if not last:
+                if not sampler.advance():
                     continue
                 amp.step(optimizer)
-                micro = 0
+                if sampler.epoch != epoch:
+                    scheduler.step()
                 if pace_file and os.path.exists(pace_file):
                     time.sleep(step_delay_s)
                 state.commit()

@@ -137,7 +137,8 @@ def sc_subsequence(wanted: list[int], seen: list[int]) -> bool:
 
 @pytest.mark.slow
 def test_fp16_scaler_and_accumulation_survive_a_grow_and_a_kill(tmp_path: Path) -> None:
-    """fp16 autocast with a GradScaler, two micro-batches per step, 2 -> 3 -> 2 (SIGKILL).
+    """fp16 autocast with a GradScaler, two micro-batches per rank and step (a global batch of
+    32, at most 8 samples at once: 16 or 11 per rank), 2 -> 3 -> 2 (SIGKILL).
 
     The scaler's growth tracker counts the optimizer steps since its scale last changed; it is
     committed with the rest, so after the rollback at the kill (the lost step is redone) and on
@@ -147,9 +148,9 @@ def test_fp16_scaler_and_accumulation_survive_a_grow_and_a_kill(tmp_path: Path) 
     coordinator = _coordinator(3)
     pace = tmp_path / "pace"
     pace.touch()
-    args = {**ARGS, "epochs": epochs, "batch_size": 16, "precision": "fp16", "accumulate": 2}
-    # 21 steps an epoch at 2 ranks: paced, the 6 epochs would last 30 s, more than the drive.
-    ranks = Ranks(coordinator, {**args, "pace_file": str(pace), "step_delay_s": 0.25})
+    args = {**ARGS, "epochs": epochs, "batch_size": 32, "precision": "fp16", "micro_batch": 8}
+    # 43 steps an epoch: paced, the 6 epochs would last 39 s, more than the drive.
+    ranks = Ranks(coordinator, {**args, "pace_file": str(pace), "step_delay_s": 0.15})
     job = SimpleNamespace(coordinator=coordinator)
     try:
         ranks.start(2)

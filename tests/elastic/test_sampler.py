@@ -10,11 +10,20 @@ from torch.utils.data import DataLoader, TensorDataset
 from parsl_malleable.elastic.sampler import ElasticDistributedSampler
 
 
-def _group(num_samples: int, batch: int, world: int, state: dict[str, int] | None):
+def _group(
+    num_samples: int,
+    batch: int,
+    world: int,
+    state: dict[str, int] | None,
+    micro_batch: int | None = None,
+    mode: str | None = None,
+):
     """One sampler per rank of a group of ``world``, all at the committed ``state``."""
     samplers = []
     for rank in range(world):
-        sampler = ElasticDistributedSampler(num_samples, batch, seed=3)
+        sampler = ElasticDistributedSampler(
+            num_samples, batch, seed=3, micro_batch=micro_batch, batch=mode
+        )
         if state is not None:
             sampler.load_state_dict(state)
         sampler.set_group(rank, world)
@@ -27,30 +36,43 @@ def _group(num_samples: int, batch: int, world: int, state: dict[str, int] | Non
     num_samples=st.integers(1, 60),
     batch=st.integers(1, 7),
     phases=st.lists(st.tuples(st.integers(1, 6), st.integers(1, 12)), min_size=1, max_size=8),
+    micro_batch=st.none() | st.integers(1, 4),
+    mode=st.sampled_from([None, "global", "per_rank"]),
 )
-def test_every_sample_once_per_epoch_across_any_resizes(num_samples, batch, phases):
+def test_every_sample_once_per_epoch_across_any_resizes(
+    num_samples, batch, phases, micro_batch, mode
+):
     """Groups of changing size each train some steps from the committed position, as ranks do
-    after a resize; every rank yields as many batches, and the real (unpadded) parts of an epoch
-    are a permutation of the data set."""
+    after a resize; every rank yields as many micro-batches, and the real (unpadded) parts of an
+    epoch are a permutation of the data set."""
     seen: dict[int, list[int]] = {}
     state = None
     for world, steps in phases:
-        samplers = _group(num_samples, batch, world, state)
+        samplers = _group(num_samples, batch, world, state, micro_batch, mode)
         lengths = {len(s) for s in samplers}
         assert len(lengths) == 1
+        left = lengths.pop()
         iterators = [iter(s) for s in samplers]
-        for _ in range(min(steps, lengths.pop())):
-            weights = []
-            for sampler, it in zip(samplers, iterators, strict=True):
-                batch_indices = next(it)
-                assert batch_indices, "a rank got an empty batch"
-                local = sampler.local_count()
-                seen.setdefault(sampler.epoch, []).extend(batch_indices[:local])
-                weights.append(sampler.weight())
-            # Weighted per-rank means average to the global mean: the weights sum to the world.
+        done = 0
+        while done < steps and left:
+            weights = [0.0] * world
+            complete = set()
+            while not complete:  # the micro-batches of one global step
+                for rank, (sampler, it) in enumerate(zip(samplers, iterators, strict=True)):
+                    batch_indices = next(it)
+                    assert batch_indices, "a rank got an empty batch"
+                    local = sampler.local_micro_count()
+                    assert local <= (micro_batch or local)
+                    seen.setdefault(sampler.epoch, []).extend(batch_indices[:local])
+                    weights[rank] += sampler.weight() * sampler.loss_weight()
+                complete = {sampler.advance() for sampler in samplers}
+                left -= 1
+                assert len(complete) == 1  # every rank ends the step at the same micro-batch
+                complete.discard(False)
+            # Weighted per-rank means average to the global mean: the weights sum to the world
+            # (a rank without samples has weight 0).
             assert abs(sum(weights) - world) < 1e-9
-            for sampler in samplers:
-                sampler.advance()
+            done += 1
         state = samplers[0].state_dict()
         assert all(s.state_dict() == state for s in samplers)
     finished = [e for e in seen if e < state["epoch"]]
@@ -88,7 +110,9 @@ def test_dataloader_with_workers_resumes_mid_epoch_on_another_world_size():
         sampler.load_state_dict(state)
         sampler.set_group(rank, 3)
         batches = [x.tolist() for (x,) in DataLoader(data, batch_sampler=sampler, num_workers=2)]
-        assert len(batches) == len(sampler) == 4  # 39 samples left: 12, 12, 12, 3
+        # 39 samples left in global steps of 4 (the batch does not grow with the world size),
+        # each cut into parts of 2, 1, 1.
+        assert len(batches) == len(sampler) == 10
         rest += [i for b in batches for i in b]
     assert sorted(got + rest) == list(range(51))
 

@@ -30,7 +30,8 @@ def test_sampler_resized_mid_epoch_sees_each_sample_once():
 
 def test_sampler_last_batch_split_evenly_and_state_round_trip():
     sampler = ElasticSampler(num_samples=10, batch_size=4, shuffle=False)
-    sampler.advance(2)  # 8 consumed
+    sampler.advance(2)
+    sampler.advance(1)  # 8 consumed: the global batch is 4 at any world size
     sizes = [len(sampler.local_indices(r, 3)) for r in range(3)]
     assert sizes == [1, 1, 0]
     other = ElasticSampler(num_samples=10, batch_size=4, shuffle=False)
@@ -40,11 +41,11 @@ def test_sampler_last_batch_split_evenly_and_state_round_trip():
         ElasticSampler(num_samples=12, batch_size=4).load_state_dict(sampler.state_dict())
 
 
-def test_linear_lr_scaling_scales_optimizer_and_scheduler():
+def test_linear_lr_scaling_scales_optimizer_and_scheduler_when_asked():
     model = _model()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=5)
-    state = ElasticState(model, optimizer, scheduler)
+    state = ElasticState(model, optimizer, scheduler, resize_hooks=[linear_lr_scaling])
     state.resized(4)
     assert optimizer.param_groups[0]["lr"] == pytest.approx(0.4)
     assert scheduler.base_lrs == [pytest.approx(0.4)]
