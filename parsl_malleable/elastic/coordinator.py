@@ -428,7 +428,8 @@ class Coordinator:
         epoch, base = int(message["epoch"]), int(message["base"])
         if self._metrics.timeline(epoch, base):
             logger.debug("epoch %d starts from step %d: later reports dropped", epoch, base)
-        return {"ok": True}
+        # Rank 0 sends its committed reports above this step (all of them to a new driver).
+        return {"ok": True, "last": self._metrics.last_step()}
 
     def _metrics_from_rank(self, member_id: str, message: dict[str, Any]) -> dict[str, Any]:
         values = {str(k): float(v) for k, v in message["values"].items()}

@@ -149,6 +149,11 @@ class MetricBook:
                 self.evicted += 1
             return True
 
+    def last_step(self) -> int:
+        """The newest stored step, -1 when none (a rank 0 re-sends the reports above it)."""
+        with self._lock:
+            return max(self._records, default=-1)
+
     def records(self) -> list[MetricRecord]:
         """The stored reports, by step."""
         with self._lock:

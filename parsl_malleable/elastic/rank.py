@@ -261,26 +261,32 @@ class RankContext:
         self.allreduce_mean_(grads)
 
     def report(self, step: int, **metrics: Any) -> None:
-        """Send ``metrics`` (names to numbers) of ``step`` to the driver, from the job's lead
-        rank; on every other rank this returns at once and sends nothing.
+        """Report ``metrics`` (names to numbers) of ``step``: the job's lead rank sends them to
+        the driver; every rank keeps them in its state, committed and checkpointed with it.
 
-        Call it before ``state.commit()``, with the step that commit completes
+        Call it on every rank (DDP keeps the models equal, so an evaluation gives each rank
+        the same values), before ``state.commit()``, with the step that commit completes
         (``state.step + 1``): a membership change can stop the loop inside ``commit()``, so a
         report placed after it may never be made. Reports survive resizes and resumes: the
         driver keeps, for each step, the report of the timeline that was finally committed
-        (:mod:`~parsl_malleable.elastic.metric_book`). At most 16 names per report; NaN and
-        infinities are kept and counted, never taken as a best. A bad name or value raises
-        :class:`~parsl_malleable.errors.ConfigError` on the lead rank."""
-        if self.rank != 0:
-            return
+        (:mod:`~parsl_malleable.elastic.metric_book`), and a driver that starts again (after a
+        crash) gets the reports it never received from the checkpoint the job resumes from.
+        At most 16 names per report; NaN and infinities are kept and counted, never taken as a
+        best. A bad name or value raises :class:`~parsl_malleable.errors.ConfigError`."""
         try:
             values = check_metrics(metrics)
         except ValueError as exc:
             raise ConfigError(f"ctx.report(step={step!r}): {exc}") from None
         if isinstance(step, bool) or not isinstance(step, Integral) or step < 0:
             raise ConfigError(f"ctx.report: step must be a whole number >= 0, got {step!r}")
+        if self._state is not None:
+            self._state.record_report(int(step), values)
+        if self.rank == 0:
+            self._send_report(int(step), values)
+
+    def _send_report(self, step: int, values: dict[str, float]) -> None:
         self._client.request(
-            "metrics", member=self.member_id, epoch=self.epoch, step=int(step), values=values
+            "metrics", member=self.member_id, epoch=self.epoch, step=step, values=values
         )
 
     def run(self, loop: Callable[[ElasticState], T], state: ElasticState) -> T:
@@ -456,14 +462,24 @@ class RankContext:
         except Exception as exc:
             raise PeerLost(f"forming epoch {self.epoch} failed: {exc}") from exc
         self._sync(state)
-        if self.rank == 0:  # reports above the step this group starts from are void
-            self._client.request(
-                "timeline", member=self.member_id, epoch=self.epoch, base=state.step
-            )
+        if self.rank == 0:
+            self._mark_timeline(state)
         if isinstance(state.sampler, ElasticDistributedSampler):
             state.sampler.set_group(self.rank, self.world_size)
         for wrapper in self._wrapped:
             self._rebuild(wrapper)
+
+    def _mark_timeline(self, state: ElasticState) -> None:
+        """Tell the driver the step this group starts from (its reports above it are void),
+        then send the committed reports it lacks: after a driver restart it has none, and the
+        checkpoint this job resumed from holds those the old driver never stored."""
+        reply = self._client.request(
+            "timeline", member=self.member_id, epoch=self.epoch, base=state.step
+        )
+        last = int(reply.get("last", -1))
+        for step, pairs in state.reports:
+            if last < step <= state.step:
+                self._send_report(step, dict(pairs))
 
     def _sync(self, state: ElasticState) -> None:
         """Make every rank hold the newest committed state, then apply resize hooks."""

@@ -26,6 +26,25 @@ from parsl_malleable.elastic.sampler import (
 ResizeHook = Callable[["ElasticState", int, int], None]
 
 
+# One ctx.report: (step, ((name, value), ...)); plain types, so a checkpoint loads it with
+# torch.load(weights_only=True).
+Report = tuple[int, tuple[tuple[str, float], ...]]
+MAX_STATE_REPORTS = 5000
+
+
+def _reports_from(value: Any) -> tuple[Report, ...]:
+    """The reports of a snapshot (a peer's or a checkpoint's; none in one from before they
+    were kept), as tuples; anything else is ignored, not trusted."""
+    reports: list[Report] = []
+    for entry in value or ():
+        try:
+            step, pairs = entry
+            reports.append((int(step), tuple((str(k), float(v)) for k, v in pairs)))
+        except (TypeError, ValueError):
+            continue
+    return tuple(reports[-MAX_STATE_REPORTS:])
+
+
 class ElasticSampler:
     """Hands each rank its share of the next global batch; position survives any resize.
 
@@ -171,6 +190,7 @@ class ElasticState:
             "fields",
             "world_size",
             "step",
+            "reports",
             "resize_hooks",
             "_committed",
             "_commit_hook",
@@ -196,6 +216,9 @@ class ElasticState:
         self.fields: dict[str, Any] = dict(fields)
         self.world_size = 1
         self.step = 0
+        # The metrics of ctx.report, committed with the rest: a resume from a checkpoint hands
+        # them to a driver that never received them. A tuple, so a commit shares it uncopied.
+        self.reports: tuple[Report, ...] = ()
         self.resize_hooks: list[ResizeHook] = (
             default_resize_hooks(sampler.batch if sampler is not None else None)
             if resize_hooks is None
@@ -249,6 +272,7 @@ class ElasticState:
             "sampler": self.sampler.state_dict() if self.sampler is not None else None,
             "scaler": self.scaler.state_dict() if self.scaler is not None else None,
             "fields": copy.deepcopy(self.fields),
+            "reports": self.reports,
         }
 
     def load_snapshot(self, snap: dict[str, Any]) -> None:
@@ -265,7 +289,15 @@ class ElasticState:
         self.fields = copy.deepcopy(dict(snap.get("fields") or {}))
         self.step = int(snap["step"])
         self.world_size = int(snap["world_size"])
+        self.reports = _reports_from(snap.get("reports"))
         self._committed = snap
+
+    def record_report(self, step: int, values: dict[str, float]) -> None:
+        """Keep ``ctx.report``'s ``values`` of ``step`` (replacing an earlier one of the same
+        step) until the next commit makes them part of the committed state; the newest
+        :data:`MAX_STATE_REPORTS` steps are kept."""
+        kept = tuple(r for r in self.reports if r[0] != step)
+        self.reports = (*kept, (step, tuple(sorted(values.items()))))[-MAX_STATE_REPORTS:]
 
     def commit(self) -> None:
         """Mark a consistent point: every rank calls it at the same place after each update.

@@ -106,3 +106,27 @@ def test_snapshot_is_a_valid_weights_only_checkpoint(tmp_path):
     fresh.load_snapshot(payload)
     assert step == 1 and fresh.tag == "run-1" and fresh.step == 1
     assert torch.equal(fresh.model[2].bias, model[2].bias)
+
+
+def test_reports_are_committed_rolled_back_and_checkpointed_with_the_state(tmp_path):
+    model = _model()
+    state = ElasticState(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    state.record_report(1, {"loss": 2.0, "acc": 0.5})
+    state.commit()
+    state.record_report(2, {"loss": 1.0})
+    state.restore()  # a rollback: the report of the step never committed is gone
+    assert state.reports == ((1, (("acc", 0.5), ("loss", 2.0))),)
+    state.record_report(1, {"loss": 1.5})  # the same step again replaces it
+    state.record_report(2, {"loss": 0.75})
+    state.commit()
+    store = CheckpointStore(tmp_path)
+    store.save(state.committed(), step=state.step, fingerprint=state.fingerprint)
+    payload, _step = store.load_latest(state.fingerprint)
+    fresh = ElasticState(_model(), torch.optim.SGD(_model().parameters(), lr=1.0))
+    fresh.load_snapshot(payload)
+    assert fresh.reports == ((1, (("loss", 1.5),)), (2, (("loss", 0.75),)))
+    # A checkpoint from before reports were kept loads with none; junk entries are skipped.
+    fresh.load_snapshot({**payload, "reports": None})
+    assert fresh.reports == ()
+    fresh.load_snapshot({**payload, "reports": [(3, [("x", 1.0)]), "junk", (4, 5)]})
+    assert fresh.reports == ((3, (("x", 1.0),)),)
