@@ -83,11 +83,14 @@ def train_elastic(
     state = ctx.state(model, optimizer, scheduler, sampler=sampler, scaler=amp.scaler)  # +
 
     def loop(state: ElasticState) -> dict[str, Any]:  # +
+        trained = 0  # samples of this rank in the current step (the pause's share)
         while sampler.epoch < epochs:
             for x, y in loader:
                 x, y = x.to(ctx.device), y.to(ctx.device)
                 if sampler.micro == 0:
                     optimizer.zero_grad()
+                    trained = 0
+                trained += len(y) if sampler.loss_weight() else 0
                 with contextlib.nullcontext() if sampler.last_micro() else ddp.no_sync():
                     with amp.autocast():
                         loss = F.cross_entropy(ddp(x), y) * sampler.loss_weight()
@@ -97,8 +100,8 @@ def train_elastic(
                     amp.step(optimizer)
                     if sampler.epoch != epoch:
                         scheduler.step()
-                    if step_delay_s:
-                        time.sleep(step_delay_s)
+                    if step_delay_s:  # a rank's share of the step's compute
+                        time.sleep(step_delay_s * trained / batch_size)
                     state.commit()  # +
         model.eval()
         return {

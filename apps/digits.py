@@ -172,8 +172,10 @@ def train_elastic(
     """Train under the elastic runtime; returns test accuracy, steps and samples seen.
 
     ``batch_size`` is the global batch (the job's ``batch`` option can make it per rank).
-    ``step_delay_s`` adds a pause per step, standing in for a model that computes longer (tests
-    use it so that membership changes happen while training is still under way).
+    ``step_delay_s`` stands in for a model that computes longer (tests use it so that
+    membership changes happen while training is still under way): a rank pauses that long for
+    each ``batch_size`` samples it trains, so a group of N ranks sharing a global step pauses
+    1/N of it each step, as real data-parallel compute would.
     """
     x_tr, y_tr, x_te, y_te = load_data()
     model = make_model(tuple(hidden), seed)
@@ -198,7 +200,7 @@ def train_elastic(
                 ctx.report(state.step + 1, epoch=sampler.epoch, **evaluate(model, x_te, y_te))
             state.samples_seen += total
             if step_delay_s:
-                time.sleep(step_delay_s)
+                time.sleep(step_delay_s * len(idx) / batch_size)
             state.commit()
         return {
             "test_accuracy": accuracy(model, x_te, y_te),
@@ -250,11 +252,14 @@ def train_ddp(
     state = ctx.state(model, optimizer, scheduler, sampler=sampler, scaler=amp.scaler)  # +
 
     def loop(state: ElasticState) -> dict[str, Any]:  # + the loop resumes from the state
+        trained = 0  # samples of this rank in the current step (the pause's share)
         while sampler.epoch < epochs:
             for x, y in loader:
                 x, y = x.to(ctx.device), y.to(ctx.device)
                 if sampler.micro == 0:
                     optimizer.zero_grad()
+                    trained = 0
+                trained += len(y) if sampler.loss_weight() else 0
                 with contextlib.nullcontext() if sampler.last_micro() else ddp.no_sync():
                     with amp.autocast():
                         loss = F.cross_entropy(ddp(x), y) * sampler.loss_weight()
@@ -267,7 +272,7 @@ def train_ddp(
                         test = evaluate(model, x_te.to(ctx.device), y_te.to(ctx.device))
                         ctx.report(state.step + 1, epoch=sampler.epoch, **test)  # +
                     if step_delay_s:
-                        time.sleep(step_delay_s)
+                        time.sleep(step_delay_s * trained / batch_size)
                     state.commit()  # +
         x_te_, y_te_ = x_te.to(ctx.device), y_te.to(ctx.device)
         return {

@@ -145,11 +145,14 @@ def train_elastic(
     state = ctx.state(model, optimizer, scheduler, sampler=sampler, scaler=amp.scaler)  # +
 
     def loop(state: ElasticState) -> dict[str, Any]:  # +
+        trained = 0  # samples of this rank in the current step (the pause's share)
         while sampler.epoch < epochs:
             for (windows,) in loader:
                 windows = windows.to(ctx.device)
                 if sampler.micro == 0:
                     optimizer.zero_grad()
+                    trained = 0
+                trained += len(windows) if sampler.loss_weight() else 0
                 with contextlib.nullcontext() if sampler.last_micro() else ddp.no_sync():
                     with amp.autocast():
                         loss = lm_loss(ddp, windows) * sampler.loss_weight()
@@ -159,8 +162,8 @@ def train_elastic(
                     amp.step(optimizer)
                     if sampler.epoch != epoch:
                         scheduler.step()
-                    if step_delay_s:
-                        time.sleep(step_delay_s)
+                    if step_delay_s:  # a rank's share of the step's compute
+                        time.sleep(step_delay_s * trained / batch_size)
                     state.commit()  # +
         with torch.no_grad():
             valid_loss = float(lm_loss(model, valid.to(ctx.device)))

@@ -25,11 +25,11 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 # ``train_paced(ctx, pace_file, step_delay_s, **kwargs)``: ``apps.digits.train_elastic`` on the
-# rank's real context, pausing ``step_delay_s`` before each gradient exchange while ``pace_file``
-# exists; the test removes the file once it has driven the group through its changes. With a
-# fixed delay the whole run had to outlast the drive, whose block start-ups take much longer on a
-# loaded machine; paced by the test, training cannot end during the drive, and the rest of it
-# afterwards costs seconds instead of a minute.
+# rank's real context, pausing ``step_delay_s / world_size`` (its share of the step's work)
+# before each gradient exchange while ``pace_file`` exists; the test removes the file once it
+# has driven the group through its changes. With a fixed delay the whole run had to outlast the
+# drive, whose block start-ups take much longer on a loaded machine; paced by the test, training
+# cannot end during the drive, and the rest of it afterwards costs seconds instead of a minute.
 # It travels to the workers by value (its module says __main__): they cannot import it by name,
 # ``tests`` there being another distribution's package (globus-compute-endpoint's).
 _PACED_SOURCE = """
@@ -50,7 +50,10 @@ class PacedContext:
 
     def allreduce_gradients(self, *args, **kwargs):
         if os.path.exists(self._pace_file):
-            time.sleep(self._step_delay_s)
+            # A rank's share of the fixed global batch: the step's work is split over the
+            # ranks, so a bigger group trains more samples a second and the allocator, which
+            # sizes jobs by measured throughput, has a reason to grow the job.
+            time.sleep(self._step_delay_s / max(1, self._ctx.world_size))
         self._ctx.allreduce_gradients(*args, **kwargs)
 
 
