@@ -241,11 +241,18 @@ def status_table(
     (:func:`best_text`) is its caption; fitted to ``width`` columns (:func:`fitted_table`)
     when given."""
     progress = progress or {}
-    counts = {s: sum(1 for r in rows if r.status == s) for s in ("done", "running", "waiting")}
+    counts = {
+        s: sum(1 for r in rows if r.status == s)
+        for s in ("done", "pruned", "failed", "running", "waiting")
+    }
+    ended = ", ".join(
+        f"{counts[s]} {s}" for s in ("pruned", "failed") if counts[s]
+    )  # only when a search pruned, or a job failed
     title = (
         f"{meta.get('campaign_file') or 'campaign'}: {meta.get('runs') or 0} run(s), "
-        f"last {meta.get('state')}; jobs: {counts['done']} done, {counts['running']} unfinished, "
-        f"{counts['waiting']} waiting"
+        f"last {meta.get('state')}; jobs: {counts['done']} done, "
+        + (f"{ended}, " if ended else "")
+        + f"{counts['running']} unfinished, {counts['waiting']} waiting"
     )
     columns = [
         "job",

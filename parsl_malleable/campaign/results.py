@@ -9,6 +9,8 @@
   report), ``acc_best`` and ``acc_best_step`` (by the metric's direction; NaN and infinities
   never count) and ``acc_nonfinite``; ``reports``: the steps the job reported;
 * ``metrics/<job>.csv``: every step a job reported (private files in a private folder);
+* ``tensorboard/<job>/``: the same as TensorBoard event files, when ``tensorboard`` is
+  installed (:mod:`~parsl_malleable.campaign.tensorboard_events`);
 * ``curves.png``: the campaign's metric (else the most reported one) against the step, per job;
 * ``gantt.png``: which job trained on which node over time (from the 1 s samples);
 * ``nodes.png``: the site's nodes over time: native, harvested and training, harvested but idle
@@ -25,6 +27,7 @@ from typing import Any
 import pandas as pd
 
 from parsl_malleable.campaign.store import CampaignStore, MetricSummary
+from parsl_malleable.campaign.tensorboard_events import write_event_files
 from parsl_malleable.private_files import private_dir, write_private_bytes
 
 
@@ -160,6 +163,7 @@ def write_results(store: CampaignStore, output: Path) -> list[Path]:
     order = [row.name for row in store.jobs()]  # fixes each job's colour in both pictures
     written.append(plot_gantt(store.job_samples(), started, output / "gantt.png", jobs=order))
     written += write_metrics(store, output)
+    written += write_event_files(store, output)  # when tensorboard is installed
     spec = store.metric_spec()
     names = store.metric_names()
     shown = spec[0] if spec else (names[0] if names else None)

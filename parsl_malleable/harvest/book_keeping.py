@@ -227,8 +227,9 @@ class BookKeeping(Cancelling):
         return self.scheduler.preempted(candidates) if candidates else set()
 
     def _give_up(self, message: str) -> None:
-        self._gave_up = message
-        logger.error("backfill provider stops launching: %s", message)
+        if not self._gave_up:  # said once: a later failure changes nothing
+            self._gave_up = message
+            logger.error("backfill provider stops launching: %s", message)
         for slot in self._slots.values():
             if not slot.closed and slot.final is None:
                 slot.final, slot.final_message = ParslState.FAILED, message

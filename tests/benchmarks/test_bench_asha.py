@@ -16,6 +16,7 @@ from tests.campaign import runs
 
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.bench,
     pytest.mark.skipif(
         "searches" not in Campaign.model_fields,
         reason="the campaign schema has no `searches` yet (issue #35, campaign/spec.py)",

@@ -4,6 +4,7 @@ saying why and where the blocks' output is, instead of waiting for its time limi
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
@@ -28,7 +29,7 @@ def test_a_run_whose_blocks_keep_failing_ends_at_once_and_says_where_to_look(tmp
     assert done.returncode == 3, done.stderr[-4000:]
     assert took < 300, f"the run waited {took:.0f} s for blocks that could not come"
     said = done.stdout + done.stderr
-    assert "no more blocks: 3 blocks failed in a row" in said, said[-3000:]
+    assert re.search(r"no more blocks: [0-9]+ blocks failed in a row", said), said[-3000:]
     assert "unfinished jobs can resume" in said
     outcome = runs.query(output, "SELECT value FROM meta WHERE key = 'run1_outcome'")
     assert outcome == [("blocks failing",)]

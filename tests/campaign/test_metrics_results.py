@@ -97,6 +97,8 @@ def test_status_shows_the_best_trial_so_far(tmp_path: Path) -> None:
     out = CliRunner().invoke(main, ["status", str(tmp_path)], terminal_width=200)
     assert out.exit_code == 0, out.output
     assert "best so far: b acc=0.8 at step 2 (max)" in out.output
+    words = " ".join(out.output.split())  # the title wraps at 80 columns
+    assert "jobs: 2 done, 0 unfinished" in words  # no pruned or failed job: not named
     data = json.loads(CliRunner().invoke(main, ["status", str(tmp_path), "--json"]).output)
     assert data["metric"] == {"name": "acc", "direction": "max"}
     assert data["best"] == {"job": "b", "value": 0.8, "step": 2}
@@ -150,3 +152,15 @@ def test_a_declared_metric_that_a_finished_job_never_reported_is_named(
         CampaignRunner._check_metric_reported(runner)  # type: ignore[arg-type]
     assert "'accuracy' was never reported by 3 finished job(s) (a, b, c)" in caplog.text
     store.close()
+
+
+def test_the_status_header_counts_pruned_and_failed_trials(tmp_path: Path) -> None:
+    store = sweep(tmp_path)
+    store.sync_jobs([(n, {"app": "m:f"}, {}) for n in "abcde"])
+    store.prune("c", 2, step=3)
+    store.finish("d", 2, error="boom")
+    store.close()
+    out = CliRunner().invoke(main, ["status", str(tmp_path)], terminal_width=200)
+    assert out.exit_code == 0, out.output
+    words = " ".join(out.output.split())  # the title wraps at 80 columns
+    assert "jobs: 2 done, 1 pruned, 1 failed, 0 unfinished, 1 waiting" in words, out.output
