@@ -22,11 +22,11 @@ time it reached the driver, and each trial's status and node-seconds):
   length, start to end.
 
 Run: ``python benchmarks/bench_asha.py [--quick] [--out F] [--keep DIR]``. The full run (27
-trials of 9 epochs at 0.1 s a step) takes about 15 minutes on 2 cores; ``--quick`` (9 trials of
-3 epochs, 0.03 s a step) about 3, to check the script end to end. Prints a table and writes its
-figures as JSON (``--out``, default ``out/bench_asha.json``). With ``--keep DIR`` the two
-campaigns' folders stay in DIR, and a campaign found there finished (in one run) is not run
-again: its figures are read as they are.
+trials of 9 epochs, 0.1 s of stand-in compute per global batch) takes about 10 minutes on 2
+cores; ``--quick`` (9 trials of 3 epochs, 0.03 s) about 3, to check the script end to end.
+Prints a table and writes its figures as JSON (``--out``, default ``out/bench_asha.json``). With
+``--keep DIR`` the two campaigns' folders stay in DIR, and a campaign found there finished (in
+one run) is not run again: its figures are read as they are.
 """
 
 from __future__ import annotations
