@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from parsl_malleable.elastic.checkpoint import model_fingerprint
+from parsl_malleable.elastic.metric_book import MAX_REPORTS
 from parsl_malleable.elastic.sampler import (
     BatchMode,
     ElasticDistributedSampler,
@@ -29,7 +30,8 @@ ResizeHook = Callable[["ElasticState", int, int], None]
 # One ctx.report: (step, ((name, value), ...)); plain types, so a checkpoint loads it with
 # torch.load(weights_only=True).
 Report = tuple[int, tuple[tuple[str, float], ...]]
-MAX_STATE_REPORTS = 5000
+# As many as the coordinator's book keeps: both hold the newest steps of one timeline.
+MAX_STATE_REPORTS = MAX_REPORTS
 
 
 def _reports_from(value: Any) -> tuple[Report, ...]:
