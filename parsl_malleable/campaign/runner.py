@@ -57,6 +57,7 @@ from parsl_malleable.snapshot import Snapshot
 from parsl_malleable.watchdog import driver_watchdog
 
 if TYPE_CHECKING:  # imports Optuna: only a campaign with searches loads it
+    from parsl_malleable.campaign.promise import Promise
     from parsl_malleable.campaign.search import Pruned, SearchBook
 
 logger = logging.getLogger(__name__)
@@ -230,6 +231,7 @@ class CampaignRunner:
         self._site_size_checked = False
         self.searches: SearchBook | None = None  # the searches' studies, once a run opens them
         self._pruned: set[str] = set()  # trials this run stopped early
+        self._promised: dict[str, Promise] = {}  # the promise last given the controller, by job
         self._stop = threading.Event()
         self.run_dir: Path | None = None  # Parsl's run directory of this run, once loaded
         self.stop_reason = ""  # why the run stopped before its jobs ended, when it says why
@@ -437,6 +439,19 @@ class CampaignRunner:
         if verdict is not None:
             self._prune(job, verdict)
 
+    def _revalue_trials(self, controller: Any) -> None:
+        """Nodes by promise: give the controller each live trial's worth (its job's priority
+        times the weight of the rungs it passed) and whether it may grow, where it changed."""
+        if self.searches is None:
+            return
+        for name, promise in self.searches.promises().items():
+            job = self.jobs.get(name)
+            if job is None or job.ended or self._promised.get(name) == promise:
+                continue
+            self._promised[name] = promise
+            entry, _ = self.entries[name]
+            controller.revalue(name, priority=entry.priority * promise.weight, grow=promise.grow)
+
     def _prune(self, job: Any, verdict: Pruned) -> None:
         """The study has recorded the trial PRUNED: the state too, then stop the job at its
         next commit (its nodes go back at once)."""
@@ -521,6 +536,7 @@ class CampaignRunner:
             self._sample(controller, provider, now, dt)
             self.fail_jobs_larger_than_site(provider.last_snapshot)
             self._collect_ended()
+            self._revalue_trials(controller)
             self._ask_trials()
             if self.on_sample is not None:
                 self.on_sample(self)

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from parsl_malleable.campaign.promise import EQUAL, Promise, promise
 from parsl_malleable.errors import ConfigError
 from parsl_malleable.private_files import private_dir
 
@@ -172,6 +173,21 @@ class SearchRun:
                 self.trials.pop(number, None)
                 return Pruned(job, record.step, step, value)
         return None
+
+    def promises(self) -> dict[int, Promise]:
+        """The promise of each trial live in this driver, by number (:mod:`.promise`); every
+        trial equal where the search has ``nodes_by_promise`` off."""
+        if not self.trials:
+            return {}
+        if not self.search.nodes_by_promise:
+            return dict.fromkeys(self.trials, EQUAL)
+        trials = self.study.get_trials(deepcopy=False)
+        pruner = self.search.pruner
+        maximize = self.metric.direction == "max"
+        return {
+            number: promise(trials[number], trials, pruner.type, pruner.reduction_factor, maximize)
+            for number in self.trials
+        }
 
     def finish(self, number: int, final: float | None, failed: bool) -> str:
         """Tell the study how trial ``number``'s job ended: COMPLETE with ``final`` (the
@@ -380,6 +396,14 @@ class SearchBook:
             return None
         search, number = self.jobs[job]
         return search.finish(number, final, failed)
+
+    def promises(self) -> dict[str, Promise]:
+        """Each live trial's promise, by job name."""
+        out = {}
+        for run in self.runs.values():
+            for number, value in run.promises().items():
+                out[run.search.trial_name(number)] = value
+        return out
 
     def pruner_of(self, job: str) -> str:
         """``asha (min_resource=1, ...) on epoch``, for messages."""

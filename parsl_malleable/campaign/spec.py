@@ -25,6 +25,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    StrictBool,
     ValidationError,
     field_validator,
     model_validator,
@@ -205,7 +206,9 @@ class Search(JobTemplate):
     ``space``: one distribution per app argument; ``args``: the arguments every trial gets;
     ``trials``: the budget (trials in all, every state counted); ``parallel``: trials training
     at once (default: the site's node count); ``sampler`` and ``pruner``: Optuna's;
-    ``resource``: the reported metric that is the pruner's step (default: the report's step).
+    ``resource``: the reported metric that is the pruner's step (default: the report's step);
+    ``nodes_by_promise``: the allocator weighs a trial by the rungs it has passed and does not
+    grow one its pruner would stop at its next rung (:mod:`.promise`; False: all trials equal).
     Trials are jobs named ``<name>-NNN`` after Optuna's trial number. Needs the campaign's
     ``metric``.
     """
@@ -219,6 +222,9 @@ class Search(JobTemplate):
     resource: (
         Annotated[str, Field(pattern=METRIC_NAME.pattern, max_length=MAX_KEY_CHARS)] | None
     ) = Field(None, description="reported metric used as the pruner's step (default: the step)")
+    nodes_by_promise: StrictBool = Field(
+        True, description="weigh trials by the pruner's rungs they passed (campaign/promise.py)"
+    )
 
     @field_validator("space", mode="before")
     @classmethod

@@ -17,6 +17,7 @@ from a simulated clock. Both run exactly this code.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import field
@@ -83,6 +84,7 @@ class ControllerCore:
         self._first_dirty: float | None = None
         self._last_event = 0.0
         self._new_measurements = False
+        self._revalued = False  # a job's priority or growth changed since the last decision
         self.progress: dict[str, float] = {}
         self.skipped = 0  # node events that needed no new decision (see _same_as_last)
         self._last_usable: set[str] | None = None
@@ -96,6 +98,18 @@ class ControllerCore:
             raise ConfigError(f"a job named {spec.name!r} is already registered")
         self.jobs[spec.name] = spec
         self._touch(now, f"job {spec.name} arrived")
+
+    def revalue(self, name: str, now: float, *, priority: float, grow: bool) -> bool:
+        """Job ``name``'s worth changed (a search's trial passed a rung, or will be pruned at
+        its next one): its ``priority`` and whether it may ``grow``. Whether anything changed
+        (then the next decision is made afresh)."""
+        spec = self.jobs.get(name)
+        if spec is None or (spec.priority, spec.grow) == (priority, grow):
+            return False
+        self.jobs[name] = dataclasses.replace(spec, priority=priority, grow=grow)
+        self._revalued = True
+        self._touch(now, f"job {name} revalued")
+        return True
 
     def end_job(self, name: str, now: float) -> None:
         """A job finished or failed: its nodes are free once its ranks have gone."""
@@ -269,8 +283,10 @@ class ControllerCore:
         reasons = list(dict.fromkeys(self._dirty))
         more = f" (+{len(reasons) - 3} more)" if len(reasons) > 3 else ""
         reason = "; ".join(reasons[:3]) + more
-        new_curves = self._new_measurements
+        # New curves or weights move the optimum even where no node or holding changed.
+        new_terms = self._new_measurements or self._revalued
         self._dirty, self._first_dirty, self._new_measurements = [], None, False
+        self._revalued = False
         # Nodes whose ranks are leaving are free for this decision: they will be soon.
         usable = {
             node.node_id: self._remaining(node, now)
@@ -288,7 +304,7 @@ class ControllerCore:
             node = self.nodes[node_id]
             if node.job in holdings and not node.leaving:
                 holdings[node.job].append(node_id)
-        if not new_curves and self._same_as_last(holdings, set(usable)):
+        if not new_terms and self._same_as_last(holdings, set(usable)):
             self.skipped += 1
             return
         decision = decide(

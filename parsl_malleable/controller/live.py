@@ -164,6 +164,16 @@ class Controller:
         self.start()
         self._wake.set()
 
+    def revalue(self, name: str, *, priority: float, grow: bool) -> None:
+        """Job ``name``'s worth changed: see :meth:`ControllerCore.revalue`."""
+        with self._lock:
+            changed = self.core.revalue(name, self.clock(), priority=priority, grow=grow)
+        if changed:
+            logger.info(
+                "job %s revalued: priority %g, %s", name, priority, "may grow" if grow else "held"
+            )
+            self._wake.set()
+
     def drain_blocks(self, parsl_blocks: Iterable[str], reason: str = "drained") -> list[str]:
         """Leave these Parsl blocks: ranks there leave at their next commit, nothing new goes
         there. Returns the block keys affected."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Annotated
 
-from pydantic import Field, StrictStr
+from pydantic import Field, StrictBool, StrictStr
 
 from parsl_malleable.allocate.curve import ScalingCurve
 from parsl_malleable.errors import ConfigError
@@ -27,7 +27,9 @@ class JobSpec:
     profiler's measurements); ``samples`` is how many samples it must train in all, if known
     (the ``completion`` objective needs it); jobs with the same ``family`` (the same model and
     batch size, as in a hyperparameter sweep) share throughput measurements and rescale pauses,
-    so each family is profiled once.
+    so each family is profiled once; ``grow`` False keeps it at the nodes it holds (or its
+    minimum, to start): a search's trial that its pruner is about to stop
+    (:mod:`parsl_malleable.campaign.promise`).
     """
 
     name: Annotated[StrictStr, Field(min_length=1)]
@@ -39,6 +41,7 @@ class JobSpec:
     scale_down_s: Annotated[Number, Field(ge=0)] | None = None
     samples: Annotated[Number, Field(gt=0)] | None = None
     family: StrictStr | None = None
+    grow: StrictBool = True
 
     @property
     def profile_key(self) -> str:

@@ -238,6 +238,7 @@ def decide(
             weights[spec.name],
             spec.scale_up_s,
             spec.scale_down_s,
+            spec.grow,
         )
 
     running = {name for name, held in holdings.items() if any(n in remaining for n in held)}
@@ -263,11 +264,13 @@ def decide(
         # A job below its minimum (a node was lost) is planned afresh: its nodes are free.
         current = held if spec.min_nodes <= len(held) <= spec.max_nodes else ()
         kept.update(current)
+        # A job that may not grow keeps what it holds (or starts at its minimum).
+        largest = spec.max_nodes if spec.grow else max(spec.min_nodes, len(current))
         training.append(
             TrainingJob(
                 name=spec.name,
                 min_nodes=spec.min_nodes,
-                max_nodes=spec.max_nodes,
+                max_nodes=largest,
                 curve=curve,
                 scale_up_cost=_rescale_cost(spec, profiler, "up"),
                 scale_down_cost=_rescale_cost(spec, profiler, "down"),
