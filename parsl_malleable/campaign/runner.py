@@ -49,6 +49,7 @@ from parsl_malleable.campaign.spec import (
     site_capacity,
 )
 from parsl_malleable.campaign.store import CampaignIdentity, CampaignStore, FolderNote
+from parsl_malleable.campaign.tmpdir_check import check_tmpdir_fits
 from parsl_malleable.errors import ConfigError, MalleableError
 from parsl_malleable.harvest.site_profile import SiteProfile, load_profile, profile_from_mapping
 from parsl_malleable.logs import remove_logger, set_file_logger
@@ -213,6 +214,7 @@ class CampaignRunner:
         self.profile = site_profile(campaign, source=source)
         check_parsl_options(campaign.parsl, source=source)
         check_site_fits(campaign, self.profile, source=source)
+        check_tmpdir_fits(self.profile, source=source)
         self.identity = campaign_identity(campaign, source)
         self.check_folder()
         self.entries: dict[str, tuple[JobEntry, dict[str, Any]]] = {

@@ -5,6 +5,7 @@ saying why and where the blocks' output is, instead of waiting for its time limi
 from __future__ import annotations
 
 import re
+import subprocess
 import time
 from pathlib import Path
 
@@ -40,3 +41,25 @@ def test_a_run_whose_blocks_keep_failing_ends_at_once_and_says_where_to_look(tmp
     assert outputs and any("broken on purpose" in text for text in outputs)
     statuses = {status for (status,) in runs.query(output, "SELECT status FROM jobs")}
     assert "done" not in statuses
+
+
+def test_a_tmpdir_too_long_for_the_pools_sockets_is_refused_before_anything_starts(
+    tmp_path: Path,
+):
+    """The CI hang of session 14: a long TMPDIR made every worker pool fail. It is now said
+    at once, with the limit and the fix, and nothing is started."""
+    campaign = runs.small_demo(tmp_path)
+    long_tmp = tmp_path / ("t" * 80)
+    long_tmp.mkdir()
+    output = tmp_path / "out"
+    done = subprocess.run(
+        runs.command(campaign, output),
+        env={**runs.env(), "TMPDIR": str(long_tmp)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    said = done.stdout + done.stderr
+    assert done.returncode != 0, said[-3000:]
+    assert "too long for the worker pools' sockets" in said and "set TMPDIR" in said, said
+    assert not (output / "state.sqlite").exists()
