@@ -2,13 +2,14 @@
 emulated site.
 
 The example search ``configs/asha.yaml`` (digits MLPs over four decades of learning rate and
-five hidden-layer shapes, each trial reporting its test accuracy every epoch) is run twice by
-the real command (``parsl-malleable run``, in a subprocess) on the same emulated site, with the
-same native load (the profile's trace replayed at 40x rather than 120x): once with its
-successive-halving pruner (``asha``) and once without pruning (``none``). Both use Optuna's
-random sampler with the same seed, so that both runs train the same configs (TPE, the example's
-sampler, would choose differently once the pruned trials' values differ); the script checks
-that they did.
+five hidden-layer shapes, each trial reporting its test accuracy every epoch) is run three
+times by the real command (``parsl-malleable run``, in a subprocess) on the same emulated site,
+with the same native load (the profile's trace replayed at 40x rather than 120x): with its
+successive-halving pruner and nodes by promise (``asha``, the default), with that pruner and
+every trial weighed equally (``equal``: ``nodes_by_promise: false``), and without pruning
+(``none``). All use Optuna's random sampler with the same seed, so that all runs train the
+same configs (TPE, the example's sampler, would choose differently once the pruned trials'
+values differ); the script checks that they did.
 
 From each output folder's campaign state (``state.sqlite``: every report of the metric with the
 time it reached the driver, and each trial's status and node-seconds):
@@ -48,7 +49,9 @@ REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "configs" / "asha.yaml"
 WITHIN = 0.01  # "within 1% of the best": relative to the best value
 TARGET_RATIO = 3.0  # the pruned search reaches it at least this many times sooner
-PRUNERS = ("asha", "none")
+# The runs: the example's pruner with nodes by promise (its default), the same with every trial
+# weighed equally, and no pruning.
+VARIANTS = ("asha", "equal", "none")
 SPEEDUP = 40.0  # the emulated site's trace seconds per wall second, for both runs
 STATUS_COLUMNS = (("done", 4), ("pruned", 6), ("failed", 6))  # trials by status, column width
 
@@ -84,9 +87,10 @@ class RunFigures:
     params: dict[str, dict[str, Any]]
 
 
-def campaign(scale: Scale, pruner: str, seed: int) -> dict[str, Any]:
-    """The example at ``scale``, with the random sampler and ``pruner`` (the example's own
-    pruner for ``asha``, none for ``none``), its apps found from this checkout."""
+def campaign(scale: Scale, variant: str, seed: int) -> dict[str, Any]:
+    """The example at ``scale``, with the random sampler and the ``variant``'s pruning (the
+    example's own pruner for ``asha`` and ``equal``, the latter with ``nodes_by_promise`` off;
+    none for ``none``), its apps found from this checkout."""
     data = yaml.safe_load(EXAMPLE.read_text())
     data.pop("output", None)
     data["python_path"] = [str(REPO)]
@@ -100,8 +104,9 @@ def campaign(scale: Scale, pruner: str, seed: int) -> dict[str, Any]:
     search["epochs"] = scale.epochs
     search["args"]["step_delay_s"] = scale.step_delay_s
     search["sampler"] = {"type": "random", "seed": seed}
-    if pruner == "none":
+    if variant == "none":
         search["pruner"] = {"type": "none"}
+    search["nodes_by_promise"] = variant != "equal"
     return data
 
 
@@ -250,15 +255,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         folder = args.keep or Path(tmp)
         folder.mkdir(parents=True, exist_ok=True)
         # The unpruned sweep first: its best sets the target both runs are timed to.
-        outputs = {p: run(campaign(scale, p, args.seed), folder, p) for p in reversed(PRUNERS)}
+        outputs = {v: run(campaign(scale, v, args.seed), folder, v) for v in reversed(VARIANTS)}
         full = figures("none", outputs["none"], metric, direction, None)
         if full.best is None:
             raise SystemExit(f"the unpruned sweep reported no finite {metric}")
         target = threshold(full.best, direction)
-        runs = {p: figures(p, outputs[p], metric, direction, target) for p in PRUNERS}
+        runs = {v: figures(v, outputs[v], metric, direction, target) for v in VARIANTS}
 
-    pruned, unpruned = runs["asha"], runs["none"]
-    same = pruned.params == unpruned.params
+    pruned, unpruned, equal = runs["asha"], runs["none"], runs["equal"]
+    same = pruned.params == unpruned.params == equal.params
     ratio = None
     if pruned.time_to_target_s and unpruned.time_to_target_s:
         ratio = unpruned.time_to_target_s / pruned.time_to_target_s
@@ -287,6 +292,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if pruned.search_end_s and unpruned.search_end_s:
         search_ratio = unpruned.search_end_s / pruned.search_end_s
         print(f"whole search (last trial's end), unpruned / pruned: {search_ratio:.2f}x")
+    promise = {}
+    for key, value in (("to target", "time_to_target_s"), ("whole search", "search_end_s")):
+        a, b = getattr(equal, value), getattr(pruned, value)
+        if a and b:
+            promise[key] = a / b
+            print(f"{key}, equal weights / nodes by promise: {a / b:.2f}x")
     if not same:
         print(
             "WARNING: the two runs trained different configs; the comparison is not like for like"
@@ -303,6 +314,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "target_ratio": TARGET_RATIO,
         "target_met": met,
         "search_ratio": search_ratio,
+        "promise_ratios": promise,
         "same_configs": same,
         "runs": {p: asdict(r) for p, r in runs.items()},
     }

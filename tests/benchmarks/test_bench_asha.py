@@ -1,4 +1,4 @@
-"""``benchmarks/bench_asha.py --quick`` end to end: both campaigns run through the real command
+"""``benchmarks/bench_asha.py --quick`` end to end: the three campaigns run through the real command
 on the emulated site, train the same configs, and the figures it prints and writes hold together
 (the unpruned sweep reaches its own best, pruned node-hours only where trials were pruned)."""
 
@@ -36,8 +36,9 @@ def test_quick_run_prints_and_writes_consistent_figures(tmp_path: Path) -> None:
     figures = json.loads(out.read_text())
     trials = figures["scale"]["trials"]
     pruned, unpruned = figures["runs"]["asha"], figures["runs"]["none"]
-    assert figures["same_configs"], (pruned["params"], unpruned["params"])
-    for run in (pruned, unpruned):
+    equal = figures["runs"]["equal"]
+    assert figures["same_configs"], (pruned["params"], unpruned["params"], equal["params"])
+    for run in (pruned, unpruned, equal):
         assert run["trials"] == trials and sum(run["statuses"].values()) == trials, run
         assert run["statuses"].get("failed", 0) == 0, run
         assert 0 <= run["node_hours_pruned"] <= run["node_hours"], run
@@ -48,10 +49,12 @@ def test_quick_run_prints_and_writes_consistent_figures(tmp_path: Path) -> None:
     assert unpruned["time_to_target_s"] is not None
     assert 0 < unpruned["time_to_target_s"] <= unpruned["search_end_s"] + 1
     # Four decades of learning rate: some trials fall behind at the first rung and stop there.
-    assert pruned["statuses"].get("pruned", 0) >= 1, pruned["statuses"]
-    assert pruned["node_hours_pruned"] > 0
+    for run in (pruned, equal):
+        assert run["statuses"].get("pruned", 0) >= 1, run["statuses"]
+        assert run["node_hours_pruned"] > 0
     text = done.stdout
     assert "time to target, unpruned / pruned:" in text
     assert ("target >= 3x: met" in text) == figures["target_met"], text
-    for pruner in ("asha", "none"):
+    assert "whole search, equal weights / nodes by promise:" in text
+    for pruner in ("asha", "equal", "none"):
         assert any(line.startswith(f"{pruner} ") for line in text.splitlines()), text
