@@ -9,7 +9,9 @@ successive-halving pruner and nodes by promise (``asha``, the default), with tha
 every trial weighed equally (``equal``: ``nodes_by_promise: false``), and without pruning
 (``none``). All use Optuna's random sampler with the same seed, so that all runs train the
 same configs (TPE, the example's sampler, would choose differently once the pruned trials'
-values differ); the script checks that they did.
+values differ); the script checks that they did. Then the baseline (``asha_pool.py``, left
+out with ``--no-pool``): Optuna's own ASHA on a plain pool of one-node worker jobs on the same
+site and native load, the way a user would run the search on a scavenger queue.
 
 From each output folder's campaign state (``state.sqlite``: every report of the metric with the
 time it reached the driver, and each trial's status and node-seconds):
@@ -36,10 +38,11 @@ import argparse
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -234,6 +237,32 @@ def _row(r: RunFigures) -> str:
     )
 
 
+def run_pool_once(scale: Scale, folder: Path, seed: int, target: float) -> dict[str, Any]:
+    """The baseline (``asha_pool.py``: Optuna's own ASHA on a plain pool of one-node workers,
+    same site, load and configs) into ``folder/pool``; its figures, read back from
+    ``folder/pool.json`` where a kept folder holds them for this scale, seed and target."""
+    saved = folder / "pool.json"
+    key = {"scale": asdict(scale), "seed": seed, "target": target}
+    if saved.is_file():
+        kept = json.loads(saved.read_text())
+        if kept.get("key") == key:
+            print(
+                f"reusing {saved}: the pool's figures for this scale, seed and target", flush=True
+            )
+            return dict(kept["figures"])
+    if str(Path(__file__).parent) not in sys.path:
+        sys.path.insert(0, str(Path(__file__).parent))
+    import asha_pool
+
+    out = folder / "pool"
+    if out.exists():
+        shutil.rmtree(out)
+    print("running pool: Optuna's ASHA on one-node workers (benchmarks/asha_pool.py)", flush=True)
+    result = asha_pool.run_pool(scale, out, seed=seed, target=target)
+    saved.write_text(json.dumps({"key": key, "figures": result}))
+    return result
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="9 trials of 3 epochs (~3 min)")
@@ -245,6 +274,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "--keep",
         type=Path,
         help="run into this folder and keep it; a run found there finished is reused",
+    )
+    parser.add_argument(
+        "--no-pool", action="store_true", help="leave out the baseline of a plain worker pool"
     )
     args = parser.parse_args(argv)
     scale = QUICK if args.quick else FULL
@@ -261,6 +293,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             raise SystemExit(f"the unpruned sweep reported no finite {metric}")
         target = threshold(full.best, direction)
         runs = {v: figures(v, outputs[v], metric, direction, target) for v in VARIANTS}
+        pool = None
+        if not args.no_pool:
+            pool = run_pool_once(scale, folder, args.seed, target)
+            runs["pool"] = RunFigures(**{f.name: pool[f.name] for f in fields(RunFigures)})
 
     pruned, unpruned, equal = runs["asha"], runs["none"], runs["equal"]
     same = pruned.params == unpruned.params == equal.params
@@ -292,12 +328,23 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if pruned.search_end_s and unpruned.search_end_s:
         search_ratio = unpruned.search_end_s / pruned.search_end_s
         print(f"whole search (last trial's end), unpruned / pruned: {search_ratio:.2f}x")
-    promise = {}
+    promise: dict[str, float] = {}
     for key, value in (("to target", "time_to_target_s"), ("whole search", "search_end_s")):
         a, b = getattr(equal, value), getattr(pruned, value)
         if a and b:
             promise[key] = a / b
             print(f"{key}, equal weights / nodes by promise: {a / b:.2f}x")
+    if pool is not None:
+        for key, value in (("to target", "time_to_target_s"), ("whole search", "search_end_s")):
+            a, b = getattr(runs["pool"], value), getattr(pruned, value)
+            if a and b:
+                promise[f"pool {key}"] = a / b
+                print(f"{key}, Optuna's ASHA on a pool of one-node workers / ours: {a / b:.2f}x")
+        print(
+            f"pool: {pool['workers_started']} worker job(s) started, {pool['killed_by_natives']} "
+            f"killed by natives, {pool['trials_retried']} trial(s) retried from scratch"
+        )
+        same = same and pool["params"] == pruned.params
     if not same:
         print(
             "WARNING: the two runs trained different configs; the comparison is not like for like"
@@ -314,7 +361,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "target_ratio": TARGET_RATIO,
         "target_met": met,
         "search_ratio": search_ratio,
-        "promise_ratios": promise,
+        "ratios": promise,
+        "pool": None if pool is None else {k: v for k, v in pool.items() if k != "reports"},
         "same_configs": same,
         "runs": {p: asdict(r) for p, r in runs.items()},
     }
