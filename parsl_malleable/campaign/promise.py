@@ -7,10 +7,11 @@ rungs has beaten most of the trials judged there, and the pruner means it to get
 samples that much more (a promoted trial grows before new trials start and before trials
 still to be judged grow).
 
-A trial whose last value would not be promoted at its next rung against the values already
-recorded there (Optuna's own rule, applied without writing anything) will most likely be
-pruned when it gets there: it keeps the nodes it has, but is not grown onto new ones. Its
-value can still improve before the rung, so this only holds back growth; the pruner decides.
+A trial whose last value would not be promoted at its next rung (Optuna's own rule, applied
+without writing anything) against the trials already judged there, each taken at the same step
+(its learning curve where this trial is now), will most likely be pruned when it gets there: it
+keeps the nodes it has, but is not grown onto new ones. Its value can still improve before the
+rung, so this only holds back growth; the pruner decides.
 
 ``median`` and ``none`` have no rungs: every trial weighs the same and may grow. For
 ``hyperband`` the rungs count, but the prediction is not made (its brackets compare trials
@@ -70,10 +71,15 @@ def promise(
     weight = float(factor**rung)
     if pruner != "asha" or trial.last_step is None:
         return Promise(rung, weight, True)
-    value = trial.intermediate_values[trial.last_step]
+    step = trial.last_step
+    value = trial.intermediate_values[step]
     key = RUNG_KEY.format(rung)
+    # Compared at the same step: a value an epoch short of the rung against the others' at the
+    # rung would hold back a good trial that is still learning.
     there = [
-        t.system_attrs[key] for t in trials if t.number != trial.number and key in t.system_attrs
+        t.intermediate_values[step]
+        for t in trials
+        if t.number != trial.number and key in t.system_attrs and step in t.intermediate_values
     ]
     if not there:
         return Promise(rung, weight, True)  # first at its next rung: promoted, as Optuna does

@@ -100,13 +100,19 @@ def test_a_search_book_gives_each_live_trial_its_promise(tmp_path: Path):
     book = SearchBook.open(campaign(), tmp_path / "on", 3)
     names = [name for name, _, _ in book.ask()]
     assert book.promises() == dict.fromkeys(names, EQUAL)  # nothing reported yet
-    # s-000 reaches rung 0 first (promoted), s-001 then reports worse just before it
-    assert book.observe(names[0], [MetricRecord(10, 0.0, {"acc": 0.9, "epoch": 1})]) is None
+    # s-000 reaches rung 0 first (promoted); s-001 and s-002 report just before it, compared
+    # with s-000 at the same step (0.5), not at the rung (0.9): a curve still rising
+    first = [
+        MetricRecord(5, 0.0, {"acc": 0.5, "epoch": 0}),
+        MetricRecord(10, 0.0, {"acc": 0.9, "epoch": 1}),
+    ]
+    assert book.observe(names[0], first) is None
     assert book.observe(names[1], [MetricRecord(5, 0.0, {"acc": 0.2, "epoch": 0})]) is None
+    assert book.observe(names[2], [MetricRecord(5, 0.0, {"acc": 0.6, "epoch": 0})]) is None
     said = book.promises()
     assert said[names[0]] == Promise(1, 3.0, True)
-    assert said[names[1]] == Promise(0, 1.0, False)  # 0.2 would lose to 0.9 at rung 0
-    assert said[names[2]] == EQUAL
+    assert said[names[1]] == Promise(0, 1.0, False)  # 0.2 < 0.5, s-000's at the same step
+    assert said[names[2]] == Promise(0, 1.0, True)  # 0.6 > 0.5, though < 0.9 at the rung
     off = SearchBook.open(campaign(nodes_by_promise=False), tmp_path / "off", 3)
     names = [name for name, _, _ in off.ask()]
     off.observe(names[0], [MetricRecord(10, 0.0, {"acc": 0.9, "epoch": 1})])
