@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -176,7 +176,8 @@ class SearchRun:
 
     def promises(self) -> dict[int, Promise]:
         """The promise of each trial live in this driver, by number (:mod:`.promise`); every
-        trial equal where the search has ``nodes_by_promise`` off."""
+        trial equal where the search has ``nodes_by_promise`` off, and free to grow unless it
+        has ``hold_back`` on."""
         if not self.trials:
             return {}
         if not self.search.nodes_by_promise:
@@ -184,10 +185,13 @@ class SearchRun:
         trials = self.study.get_trials(deepcopy=False)
         pruner = self.search.pruner
         maximize = self.metric.direction == "max"
-        return {
+        said = {
             number: promise(trials[number], trials, pruner.type, pruner.reduction_factor, maximize)
             for number in self.trials
         }
+        if self.search.hold_back:
+            return said
+        return {number: replace(p, grow=True) for number, p in said.items()}
 
     def finish(self, number: int, final: float | None, failed: bool) -> str:
         """Tell the study how trial ``number``'s job ended: COMPLETE with ``final`` (the

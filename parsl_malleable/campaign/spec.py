@@ -207,8 +207,9 @@ class Search(JobTemplate):
     ``trials``: the budget (trials in all, every state counted); ``parallel``: trials training
     at once (default: the site's node count); ``sampler`` and ``pruner``: Optuna's;
     ``resource``: the reported metric that is the pruner's step (default: the report's step);
-    ``nodes_by_promise``: the allocator weighs a trial by the rungs it has passed and does not
-    grow one its pruner would stop at its next rung (:mod:`.promise`; False: all trials equal).
+    ``nodes_by_promise``: the allocator weighs a trial by the rungs it has passed (:mod:`.promise`;
+    False: all trials equal); ``hold_back``: with it, a trial its pruner would stop at its next
+    rung is not grown onto new nodes (off by default: measured slower to the best model).
     Trials are jobs named ``<name>-NNN`` after Optuna's trial number. Needs the campaign's
     ``metric``.
     """
@@ -224,6 +225,9 @@ class Search(JobTemplate):
     ) = Field(None, description="reported metric used as the pruner's step (default: the step)")
     nodes_by_promise: StrictBool = Field(
         True, description="weigh trials by the pruner's rungs they passed (campaign/promise.py)"
+    )
+    hold_back: StrictBool = Field(
+        False, description="do not grow a trial its pruner would stop at its next rung"
     )
 
     @field_validator("space", mode="before")

@@ -8,6 +8,11 @@ curve's rate; every change of its node set pauses it (``scale_up_s`` when it gai
 ``scale_down_s`` when it loses nodes, by decision or reclaim; both when both happen). Jobs
 report noisy throughput every ``report_s`` seconds of steady running, and their pauses, as
 ranks do live; the controller decides exactly as it does live.
+
+``marks`` (optional, :class:`Marks`) lets a caller act when a job's samples reach a count it
+names (an epoch's end: :mod:`parsl_malleable.replay.sweep` reports a trial's metric there and
+lets its pruner stop it): the replay stops the clock at each mark, and a mark's answer may end
+the job at once (its nodes are free, as for a finished job; it never reads finished).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 
@@ -29,6 +35,18 @@ from parsl_malleable.replay.workload import ReplayJob
 
 # Samples short of the total that still count as done (float rounding of rate x time).
 DONE_TOLERANCE = 1e-6
+
+
+class Marks(Protocol):
+    """Sample counts at which a job is stopped to be looked at (see the module docstring)."""
+
+    def next_mark(self, job: str) -> float:
+        """The samples job ``job`` has trained at its next mark (past its samples: none)."""
+        ...
+
+    def reached(self, job: str, now: float) -> bool:
+        """Job ``job`` has reached its next mark at ``now``; True ends it at once."""
+        ...
 
 
 @dataclass
@@ -71,8 +89,11 @@ class Replay:
         noise: float = 0.05,
         seed: int = 0,
         windows: WindowSource | None = None,
+        marks: Marks | None = None,
     ) -> None:
         self.timeline = timeline
+        self.marks = marks
+        self.stopped: dict[str, float] = {}  # job -> when a mark ended it
         self.policy = policy
         self.max_jobs = max_jobs
         self.report_s = report_s
@@ -109,6 +130,33 @@ class Replay:
         if rate <= 0:
             return math.inf
         return max(self.now, run.paused_until) + (run.job.samples - run.done) / rate
+
+    def _mark_time(self, run: _Run) -> float:
+        """When ``run`` reaches its next mark (inf: no mark, or no nodes)."""
+        assert self.marks is not None
+        rate = run.rate()
+        mark = self.marks.next_mark(run.job.name)
+        if rate <= 0 or mark > run.job.samples:  # a mark past the end never comes
+            return math.inf
+        return max(self.now, run.paused_until) + max(0.0, mark - run.done) / rate
+
+    def _reach_marks(self, t: float) -> None:
+        """Tell the caller of every mark reached by ``t``; end the jobs it stops."""
+        assert self.marks is not None
+        for name, run in list(self.active.items()):
+            while True:
+                mark = self.marks.next_mark(name)
+                if mark > run.job.samples or run.done < mark * (1 - DONE_TOLERANCE):
+                    break
+                if self.marks.reached(name, t):
+                    self.stopped[name] = t
+                    del self.active[name]
+                    self.core.end_job(name, t)
+                    break
+                if self.marks.next_mark(name) <= mark:
+                    raise ValueError(
+                        f"job {name}: its next mark did not move past {mark:g} samples"
+                    )
 
     def _spec(self, job: ReplayJob) -> JobSpec:
         given = self.policy.user_curves
@@ -216,6 +264,8 @@ class Replay:
             if qi < len(self.queue) and self._room():
                 candidates.append(max(self.now, self.queue[qi].submit))
             candidates.extend(self._completion(r) for r in self.active.values())
+            if self.marks is not None:
+                candidates.extend(self._mark_time(r) for r in self.active.values())
             due = self.core.next_due(self.now)
             if due is not None:
                 candidates.append(due)
@@ -235,6 +285,8 @@ class Replay:
                 if tl.end[k] > t:
                     self._node_arrives(names[tl.node[k]])
                 si += 1
+            if self.marks is not None:
+                self._reach_marks(t)
             for name, run in list(self.active.items()):
                 if run.done >= run.job.samples * (1 - DONE_TOLERANCE):
                     run.finished = t
@@ -306,4 +358,4 @@ def replay(
     return Replay(timeline, jobs, policy, **options).run()  # type: ignore[arg-type]
 
 
-__all__ = ["Replay", "replay"]
+__all__ = ["Marks", "Replay", "replay"]

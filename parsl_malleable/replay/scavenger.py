@@ -31,6 +31,11 @@ idle-node timeline and with the same physics as :mod:`parsl_malleable.replay.eng
   ``samples`` may be ``math.inf`` (an unlimited backlog): then jobs never finish and the
   figure that matters is samples trained.
 
+* **Marks** (optional, ``marks``: :class:`~parsl_malleable.replay.engine.Marks`). A running
+  job is looked at when its samples reach each count the caller names (an epoch's end, where a
+  search's trial reports and its pruner may stop it, :mod:`parsl_malleable.replay.sweep`);
+  a mark's answer may end the job at once: it frees its nodes and is not requeued.
+
 The replay ends when the last job finishes or at the timeline's end (jobs still running then
 keep what they trained; nothing is lost for a preemption that nobody sees). It is event driven
 (idle starts and ends, completions, submits) with heaps, so two weeks of Summit replay in
@@ -49,7 +54,7 @@ import numpy as np
 
 from parsl_malleable.errors import ConfigError
 from parsl_malleable.replay.bounds import replay_bounds
-from parsl_malleable.replay.engine import DONE_TOLERANCE
+from parsl_malleable.replay.engine import DONE_TOLERANCE, Marks
 from parsl_malleable.replay.idle import IdleTimeline
 from parsl_malleable.replay.result import JobOutcome, ReplayResult
 from parsl_malleable.replay.workload import ReplayJob
@@ -115,8 +120,17 @@ class _Job:
 class _Scavenger:
     """One replay; :meth:`run` returns its end time."""
 
-    def __init__(self, timeline: IdleTimeline, jobs: list[_Job], lost_on_preempt_s: float) -> None:
+    def __init__(
+        self,
+        timeline: IdleTimeline,
+        jobs: list[_Job],
+        lost_on_preempt_s: float,
+        marks: Marks | None = None,
+    ) -> None:
         self.tl = timeline
+        self.marks = marks
+        self.mark_events: list[tuple[float, int, int]] = []  # (time, job, run); lazy
+        self.stopped: dict[str, float] = {}  # job -> when a mark ended it
         self.jobs = jobs
         self.lost_s = lost_on_preempt_s
         self.interval_start: list[float] = timeline.start.tolist()
@@ -163,6 +177,39 @@ class _Scavenger:
         done_at = run.completion()
         if math.isfinite(done_at):
             heapq.heappush(self.completions, (done_at, index, run.starts))
+        self._push_mark(index)
+
+    # ------------------------------------------------------------------ marks
+
+    def _push_mark(self, index: int) -> None:
+        """Queue when job ``index``'s current run reaches its next mark, if it has one."""
+        run = self.jobs[index]
+        if self.marks is None or run.began is None or run.rate <= 0:
+            return
+        mark = self.marks.next_mark(run.job.name)
+        if mark <= run.job.samples:  # a mark past the end never comes
+            left = max(0.0, mark - run.done)
+            heapq.heappush(
+                self.mark_events, (run.began + run.startup + left / run.rate, index, run.starts)
+            )
+
+    def _marks_until(self, t: float) -> None:
+        assert self.marks is not None
+        while self.mark_events and self.mark_events[0][0] <= t:
+            _, index, run_number = heapq.heappop(self.mark_events)
+            run = self.jobs[index]
+            if run.began is None or run.starts != run_number:
+                continue  # preempted or ended since
+            if self.marks.reached(run.job.name, t):
+                self.stopped[run.job.name] = t
+                run.stop(t, 0.0)
+                for interval in run.held:
+                    if self.state[interval] == _HELD:
+                        self._release(interval)
+                run.held = []
+                self.finished += 1  # ended: not requeued
+            else:
+                self._push_mark(index)
 
     def _end_run(self, index: int, t: float, lost_s: float) -> None:
         """Stop job ``index`` at ``t``; finished if its samples are trained, else requeued."""
@@ -220,7 +267,11 @@ class _Scavenger:
                 end_t[ei] if ei < len(end_t) else inf,
                 submit_t[qi] if qi < len(jobs) else inf,
                 self.completions[0][0] if self.completions else inf,
+                self.mark_events[0][0] if self.mark_events else inf,
             )
+            # A job's last mark comes before its completion at the same time.
+            if self.marks is not None:
+                self._marks_until(t)
             # A job done exactly when its node leaves has finished: completions come first.
             self._complete_until(t)
             if self.finished == len(jobs):
@@ -272,13 +323,17 @@ def scavenger_replay(
     nodes_per_job: int | None = None,
     startup_s: float | None = None,
     lost_on_preempt_s: float = 0.0,
+    marks: Marks | None = None,
+    stopped: dict[str, float] | None = None,
 ) -> ReplayResult:
     """Replay ``jobs`` as fixed-size requeued jobs of a preemptable partition (module docstring).
 
     ``nodes_per_job``: the size of every job (default 1), clamped to each job's bounds;
     ``startup_s``: seconds each start costs (start-up and checkpoint restore; default each
     job's ``scale_up_s``); ``lost_on_preempt_s``: seconds of training lost at each preemption
-    (the time since the last checkpoint). A negative or non-finite value raises
+    (the time since the last checkpoint); ``marks``: sample counts at which a running job is
+    looked at, and perhaps ended (module docstring); ``stopped``, if given, gets each job a
+    mark ended and when. A negative or non-finite value raises
     :class:`~parsl_malleable.errors.ConfigError`.
     """
     _check(nodes_per_job, startup_s, lost_on_preempt_s)
@@ -289,7 +344,10 @@ def scavenger_replay(
         k = _size(job, nodes_per_job)
         cost = job.scale_up_s if startup_s is None else startup_s
         runs.append(_Job(job, k, job.curve(k), float(cost)))
-    end = _Scavenger(timeline, runs, lost_on_preempt_s).run()
+    scavenger = _Scavenger(timeline, runs, lost_on_preempt_s, marks)
+    end = scavenger.run()
+    if stopped is not None:
+        stopped.update(scavenger.stopped)
     wall_s = time.perf_counter() - began
     size = nodes_per_job
     bounds = replay_bounds(timeline, list(jobs), end)

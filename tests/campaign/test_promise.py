@@ -96,8 +96,9 @@ def campaign(**search: Any) -> Campaign:
     return Campaign(metric={"name": "acc", "direction": "max"}, searches=[entry])
 
 
-def test_a_search_book_gives_each_live_trial_its_promise(tmp_path: Path):
-    book = SearchBook.open(campaign(), tmp_path / "on", 3)
+@pytest.mark.parametrize("hold_back", [True, False])
+def test_a_search_book_gives_each_live_trial_its_promise(tmp_path: Path, hold_back: bool):
+    book = SearchBook.open(campaign(hold_back=hold_back), tmp_path / "on", 3)
     names = [name for name, _, _ in book.ask()]
     assert book.promises() == dict.fromkeys(names, EQUAL)  # nothing reported yet
     # s-000 reaches rung 0 first (promoted); s-001 and s-002 report just before it, compared
@@ -111,7 +112,8 @@ def test_a_search_book_gives_each_live_trial_its_promise(tmp_path: Path):
     assert book.observe(names[2], [MetricRecord(5, 0.0, {"acc": 0.6, "epoch": 0})]) is None
     said = book.promises()
     assert said[names[0]] == Promise(1, 3.0, True)
-    assert said[names[1]] == Promise(0, 1.0, False)  # 0.2 < 0.5, s-000's at the same step
+    # 0.2 < 0.5, s-000's at the same step: held back only where the search asks for it
+    assert said[names[1]] == Promise(0, 1.0, not hold_back)
     assert said[names[2]] == Promise(0, 1.0, True)  # 0.6 > 0.5, though < 0.9 at the rung
     off = SearchBook.open(campaign(nodes_by_promise=False), tmp_path / "off", 3)
     names = [name for name, _, _ in off.ask()]
@@ -119,9 +121,11 @@ def test_a_search_book_gives_each_live_trial_its_promise(tmp_path: Path):
     assert off.promises() == dict.fromkeys(names, EQUAL)
 
 
-def test_nodes_by_promise_must_be_a_boolean():
-    with pytest.raises(ValidationError, match="nodes_by_promise"):
-        campaign(nodes_by_promise="yes")
+@pytest.mark.parametrize("key", ["nodes_by_promise", "hold_back"])
+def test_the_promise_options_must_be_booleans(key: str):
+    with pytest.raises(ValidationError, match=key):
+        campaign(**{key: "yes"})
+    assert not campaign().searches[0].hold_back and campaign().searches[0].nodes_by_promise
 
 
 @pytest.mark.parametrize("grow", [True, False])
