@@ -48,10 +48,13 @@ import math
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Annotated
 
 import numpy as np
+from pydantic import Field
 
 from parsl_malleable.errors import ConfigError
+from parsl_malleable.inputs import Number, WholeCount, boundary
 
 # The space the family reads (Optuna's distributions, as campaign files write them).
 SPACE: dict[str, dict[str, object]] = {
@@ -94,19 +97,14 @@ def _stream(seed: int, *parts: float) -> np.random.Generator:
     return np.random.default_rng(int.from_bytes(digest.digest(), "little"))
 
 
-@dataclass(frozen=True)
+@boundary(ConfigError)
 class CurveFamily:
-    """The family of the module docstring: ``curve(params)`` and noisy ``report``s."""
+    """The family of the module docstring: ``curve(params)`` and noisy ``report``s; ``noise``
+    is the reports' standard deviation, ``chance`` a diverged config's value."""
 
-    seed: int = 0
-    noise: float = 0.005
-    chance: float = 0.001
-
-    def __post_init__(self) -> None:
-        if not (math.isfinite(self.noise) and self.noise >= 0):
-            raise ConfigError(f"curve noise must be a finite number >= 0; got {self.noise!r}")
-        if not 0 <= self.chance < BEST_ASYMPTOTE:
-            raise ConfigError(f"chance must be in [0, {BEST_ASYMPTOTE}); got {self.chance!r}")
+    seed: WholeCount = 0
+    noise: Annotated[Number, Field(ge=0)] = 0.005
+    chance: Annotated[Number, Field(ge=0, lt=BEST_ASYMPTOTE)] = 0.001
 
     @staticmethod
     def _point(params: Mapping[str, float]) -> tuple[float, float]:

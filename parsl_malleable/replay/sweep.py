@@ -36,11 +36,14 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Annotated, Any, Protocol
+
+from pydantic import Field
 
 from parsl_malleable.controller.core import ControllerCore
 from parsl_malleable.elastic.metric_book import MetricRecord
 from parsl_malleable.errors import ConfigError
+from parsl_malleable.inputs import Number, WholeCount, boundary
 from parsl_malleable.replay.bounds import best_node_rate
 from parsl_malleable.replay.curves import CurveFamily, LearningCurve
 from parsl_malleable.replay.engine import Replay
@@ -83,29 +86,19 @@ class TrialSearch(Protocol):
     def finish(self, number: int, final: float | None, failed: bool) -> str: ...
 
 
-@dataclass(frozen=True)
+@boundary(ConfigError)
 class SweepSetup:
     """A sweep: ``trials`` trials of ``epochs`` epochs of ``samples_per_epoch`` samples, each
     a copy of ``template`` (curve, sizes, pauses) submitted at ``submit``; their learning
     curves from ``family``; the best model is judged ``within`` of the best."""
 
-    trials: int
+    trials: Annotated[WholeCount, Field(ge=1)]
     template: ReplayJob
-    submit: float
-    epochs: int = 27
-    samples_per_epoch: float = 1.3e6
+    submit: Number
+    epochs: Annotated[WholeCount, Field(ge=1)] = 27
+    samples_per_epoch: Annotated[Number, Field(gt=0)] = 1.3e6
     family: CurveFamily = field(default_factory=CurveFamily)
-    within: float = 0.01
-
-    def __post_init__(self) -> None:
-        if isinstance(self.trials, bool) or not isinstance(self.trials, int) or self.trials < 1:
-            raise ConfigError(f"a sweep needs at least one trial; got trials={self.trials!r}")
-        if isinstance(self.epochs, bool) or not isinstance(self.epochs, int) or self.epochs < 1:
-            raise ConfigError(f"a sweep's trials need at least one epoch; got {self.epochs!r}")
-        if not (math.isfinite(self.samples_per_epoch) and self.samples_per_epoch > 0):
-            raise ConfigError(f"samples_per_epoch must be > 0; got {self.samples_per_epoch!r}")
-        if not 0 <= self.within < 1:
-            raise ConfigError(f"within must be in [0, 1); got {self.within!r}")
+    within: Annotated[Number, Field(ge=0, lt=1)] = 0.01
 
 
 @dataclass

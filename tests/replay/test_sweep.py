@@ -200,10 +200,12 @@ def test_promises_are_given_to_the_core_only_when_on(monkeypatch: pytest.MonkeyP
 
 
 def test_bad_sweeps_are_refused_with_a_clear_error():
-    with pytest.raises(ConfigError, match="at least one trial"):
+    with pytest.raises(ConfigError, match="trials=0: Input should be greater than or equal to 1"):
         SweepSetup(0, job("t"), 0.0)
-    with pytest.raises(ConfigError, match="at least one epoch"):
+    with pytest.raises(ConfigError, match="epochs=0: Input should be greater than or equal to 1"):
         SweepSetup(3, job("t"), 0.0, epochs=0)
+    with pytest.raises(ConfigError, match="trials=True"):
+        SweepSetup(True, job("t"), 0.0)
     with pytest.raises(ConfigError, match="samples_per_epoch"):
         SweepSetup(3, job("t"), 0.0, samples_per_epoch=math.nan)
     with pytest.raises(ConfigError, match=r"search 'sweep': pruner.*'asha'"):
