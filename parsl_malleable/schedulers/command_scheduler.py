@@ -283,9 +283,11 @@ class CommandScheduler(BlockScheduler):
 
     def snapshot(self) -> Snapshot:
         """Nodes, running and pending jobs (and reservations) now, in two or three queries."""
-        now = self.clock()
         nodes = self._query(self.nodes_argv(), self.parse_nodes)
         jobs = self._query(self.jobs_argv(), self.parse_jobs)
+        # Read after the jobs: one that started while the queries ran has a start before it
+        # (a clock read first made such a job start "after the snapshot", a refused poll).
+        now = self.clock()
         reservations: list[Reservation] = []
         if self.reservations:
             reservations = self._query(self.reservations_argv(), self.parse_reservations)
