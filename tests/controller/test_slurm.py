@@ -151,7 +151,9 @@ def test_three_jobs_follow_the_allocator_through_yields_and_timeouts(
         assert len(placed) == len(set(placed)), sample
 
     # Each decision that stayed in force for 10 s was carried out: the jobs' world sizes
-    # reached the allocator's per-job answer.
+    # reached the allocator's per-job answer. Only jobs whose ranks had begun training in
+    # it count: a first start can take longer than 10 s on a loaded 2-core machine (CI saw
+    # every world at 0 through a whole tenure), and is bounded below by STARTUP_BOUND_S.
     tenures: dict[int, list[dict]] = {}
     for sample in samples:
         tenures.setdefault(sample["decision"], []).append(sample)
@@ -160,7 +162,7 @@ def test_three_jobs_follow_the_allocator_through_yields_and_timeouts(
         if number == 0 or seen[-1]["t"] - seen[0]["t"] < 10:
             continue
         target = seen[0]["target"]
-        live = {n for n in target if n in seen[-1]["world"]}
+        live = {n for n in target if any(s["world"].get(n, 0) for s in seen)}
         assert any(all(s["world"].get(n, 0) == target[n] for n in live) for s in seen), (
             number,
             target,
