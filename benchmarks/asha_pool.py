@@ -300,8 +300,8 @@ def _counts(study: Any) -> dict[str, int]:
     return counts
 
 
-def _leftovers(marker: str) -> list[int]:
-    """Live processes whose environment carries ``RUN_ENV=marker``."""
+def leftovers(marker: str) -> list[int]:
+    """Live processes whose environment carries ``RUN_ENV=marker`` (the run folder's path)."""
     needle = f"{RUN_ENV}={marker}".encode()
     found = []
     for name in os.listdir("/proc"):
@@ -502,7 +502,7 @@ def _run(
     run_end = time.time()
     left: list[int] = []
     until = time.monotonic() + 15
-    while (left := _leftovers(marker)) and time.monotonic() < until:
+    while (left := leftovers(marker)) and time.monotonic() < until:
         time.sleep(0.2)
     blocks = {job_id: site.block(job_id) for job_id in started}
     return _figures(

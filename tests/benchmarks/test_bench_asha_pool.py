@@ -5,8 +5,8 @@ load replayed faster, natives kill workers and their trials are retried by other
 
 from __future__ import annotations
 
+import importlib.util
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +18,20 @@ from tests.campaign import runs
 
 pytestmark = [pytest.mark.slow, pytest.mark.bench]
 SCRIPT = runs.REPO / "benchmarks" / "asha_pool.py"
-RUN_ENV = "PM_ASHA_POOL_RUN"  # asha_pool.RUN_ENV: every worker process carries it
+
+
+def _asha_pool() -> Any:
+    """The script as a module: its own check for leftover worker processes."""
+    spec = importlib.util.spec_from_file_location("asha_pool", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def leftovers(folder: Path) -> list[int]:
+    """Live processes of this run (their environment names its folder)."""
+    return list(_asha_pool().leftovers(str(folder)))
 
 
 def pool(tmp_path: Path, *extra: str) -> tuple[dict[str, Any], Path, str]:
@@ -31,21 +44,6 @@ def pool(tmp_path: Path, *extra: str) -> tuple[dict[str, Any], Path, str]:
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return json.loads(out.read_text()), folder, done.stdout
-
-
-def leftovers(folder: Path) -> list[int]:
-    """Live processes of this run (their environment names its folder)."""
-    needle = f"{RUN_ENV}={folder}".encode()
-    found = []
-    for pid in (p for p in os.listdir("/proc") if p.isdigit()):
-        try:
-            environ = Path(f"/proc/{pid}/environ").read_bytes()
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
-            continue
-        if needle in environ.split(b"\0") and stat[stat.rindex(")") + 2] not in "ZX":
-            found.append(int(pid))
-    return found
 
 
 def finished_once(folder: Path) -> list[str]:
