@@ -237,6 +237,18 @@ def _row(r: RunFigures) -> str:
     )
 
 
+def ratios(slow: RunFigures, fast: RunFigures, prefix: str, says: str) -> dict[str, float]:
+    """``slow``'s time to target and whole search over ``fast``'s, printed as ``says``; keyed
+    ``<prefix>to target`` and ``<prefix>whole search`` (where both times are known)."""
+    out = {}
+    for key, value in (("to target", "time_to_target_s"), ("whole search", "search_end_s")):
+        a, b = getattr(slow, value), getattr(fast, value)
+        if a and b:
+            out[f"{prefix}{key}"] = a / b
+            print(f"{key}, {says}: {a / b:.2f}x")
+    return out
+
+
 def run_pool_once(scale: Scale, folder: Path, seed: int, target: float) -> dict[str, Any]:
     """The baseline (``asha_pool.py``: Optuna's own ASHA on a plain pool of one-node workers,
     same site, load and configs) into ``folder/pool``; its figures, read back from
@@ -328,18 +340,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if pruned.search_end_s and unpruned.search_end_s:
         search_ratio = unpruned.search_end_s / pruned.search_end_s
         print(f"whole search (last trial's end), unpruned / pruned: {search_ratio:.2f}x")
-    promise: dict[str, float] = {}
-    for key, value in (("to target", "time_to_target_s"), ("whole search", "search_end_s")):
-        a, b = getattr(equal, value), getattr(pruned, value)
-        if a and b:
-            promise[key] = a / b
-            print(f"{key}, equal weights / nodes by promise: {a / b:.2f}x")
+    promise = ratios(equal, pruned, "", "equal weights / nodes by promise")
     if pool is not None:
-        for key, value in (("to target", "time_to_target_s"), ("whole search", "search_end_s")):
-            a, b = getattr(runs["pool"], value), getattr(pruned, value)
-            if a and b:
-                promise[f"pool {key}"] = a / b
-                print(f"{key}, Optuna's ASHA on a pool of one-node workers / ours: {a / b:.2f}x")
+        promise |= ratios(
+            runs["pool"], pruned, "pool ", "Optuna's ASHA on a pool of one-node workers / ours"
+        )
         print(
             f"pool: {pool['workers_started']} worker job(s) started, {pool['killed_by_natives']} "
             f"killed by natives, {pool['trials_retried']} trial(s) retried from scratch"
