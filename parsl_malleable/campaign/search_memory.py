@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from parsl_malleable.campaign.search import SearchRun
 from parsl_malleable.campaign.spec import MetricSpec, Search
 from parsl_malleable.errors import ConfigError
+from parsl_malleable.inputs import explain
 
 if TYPE_CHECKING:
     from parsl_malleable.replay.sweep import TrialSearch
@@ -64,11 +65,7 @@ def memory_search(
         )
         spec = MetricSpec(name=metric, direction=direction)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in error['loc']) or 'search'}: {error['msg']}"
-            for error in exc.errors()
-        )
-        raise ConfigError(f"search {name!r}: {problems}") from None
+        raise ConfigError(f"search {name!r}: {explain(exc)}") from None
     return SearchRun(search, spec, _memory_study(search, spec), parallel or trials)
 
 
