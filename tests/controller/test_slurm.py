@@ -7,6 +7,7 @@ end. Needs ``scripts/slurm-cluster start`` (CI runs it).
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 import time
 from collections.abc import Callable
@@ -38,9 +39,11 @@ def native_started(natives: Natives, job_id: str) -> bool:
 
 
 REPO = Path(__file__).resolve().parents[2]
-# Block start (Slurm's) -> a rank's first step, on a loaded 2-core CI machine: 7 s are typical
-# on an idle one (docs/benchmarks.md); far above this, something waits that should not.
-STARTUP_BOUND_S = 60.0
+# Block start (Slurm's) -> a rank's first step. Measured here: 8-12 s for a later block, 26-38 s
+# for the first wave (six worker pools and agents importing Parsl and torch at once on 2 cores)
+# on an idle machine, up to 68 s in CI with the other test worker busy (issue #37 has the
+# start-up targets). Far above this, something waits that should not: a hang, not load.
+STARTUP_BOUND_S = 120.0
 # name: (hidden layer, max nodes, epochs); six nodes fit all three at their maximum. Training is
 # paced (0.15 s a step, at least 190 s for the one-node job) until the test has seen a yield and a
 # drain before a block's deadline, then runs the rest at full speed: with a fixed pace it either
@@ -180,6 +183,7 @@ def test_three_jobs_follow_the_allocator_through_yields_and_timeouts(
     trained = {(e.block, e.node) for e in events if e.phase is BlockPhase.FIRST_STEP}
     assert trained, events
     delays = []
+    breakdown: list[str] = []  # where a slow start spent its time, for the failure message
     complete = 0
     for block, node in sorted(trained):
         stamps = {e.phase: e.time for e in events if e.block == block and e.node in ("", node)}
@@ -190,11 +194,17 @@ def test_three_jobs_follow_the_allocator_through_yields_and_timeouts(
         if order[:5] == list(PHASE_ORDER[:5]):
             complete += 1
             delays.append(stamps[BlockPhase.FIRST_STEP] - stamps[BlockPhase.RUNNING])
+            steps = itertools.pairwise(PHASE_ORDER[1:5])
+            breakdown.append(
+                f"{block}/{node}: "
+                + " ".join(f"{b.value} +{stamps[b] - stamps[a]:.1f}" for a, b in steps)
+            )
         else:
             print(f"block {block} on {node}: phases seen {[p.value for p in order]}")
     # A block that starts and ends between two of the provider's polls is never listed as
     # running: its submitted/running stamps are missing, the rest must still be in order.
     assert complete >= len(trained) / 2, (complete, len(trained))
     print(f"block start -> first step: max {max(delays):.1f} s over {len(delays)} nodes")
-    assert max(delays) < STARTUP_BOUND_S, delays
+    print("\n".join(breakdown))
+    assert max(delays) < STARTUP_BOUND_S, breakdown
     assert controller.phases.training_s() > 0
