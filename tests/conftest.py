@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from parsl_malleable import data
-from tests import background_checks
+from tests import background_checks, pbs_server
+from tests.pbs_server import PBSServer
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -20,6 +22,21 @@ def pytest_configure(config: pytest.Config) -> None:
     bindir = os.path.dirname(sys.executable)
     if bindir not in os.environ.get("PATH", "").split(os.pathsep):
         os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
+
+
+@pytest.fixture(scope="session")
+def pbs_live_server() -> PBSServer:
+    """The live OpenPBS server (``tests/pbs_server.py``); skipped when none runs, failed
+    when ``.ci/run`` started one (``PM_PBS_LIVE=1``) that does not answer."""
+    return pbs_server.connect()
+
+
+@pytest.fixture
+def pbs(pbs_live_server: PBSServer) -> Iterator[PBSServer]:
+    """The live PBS server with no job left and every vnode free, before and after the test."""
+    pbs_live_server.clear()
+    yield pbs_live_server
+    pbs_live_server.clear()
 
 
 @pytest.fixture(scope="session")
@@ -45,11 +62,12 @@ def bftrainer_dir(data_root: Path) -> Path:
 
 # With pytest-xdist (the README's command runs two workers), the tests that share one resource
 # run on one worker, in collection order: the Slurm cluster (one per machine, and the tests
-# assume its nodes idle) and the wheel's venv (built once per worker that needs it). The type
-# check joins the Slurm tests: that worker mostly waits on the scheduler, and its first Slurm
-# test starts mypy in the background (tests/background_checks.py).
+# assume its nodes idle), the live PBS server (the same) and the wheel's venv (built once per
+# worker that needs it). The type check joins the Slurm tests: that worker mostly waits on the
+# scheduler, and its first Slurm test starts mypy in the background (tests/background_checks.py).
 SLURM_GROUP = "slurm-cluster"
 WHEEL_GROUP = "wheel-venv"
+PBS_GROUP = "pbs-server"
 TYPES_TEST = "tests/test_types.py"
 
 
@@ -62,6 +80,8 @@ def resource_group(item: pytest.Item) -> str | None:
         return SLURM_GROUP
     if "wheel_venv" in names:
         return WHEEL_GROUP
+    if "pbs" in names:
+        return PBS_GROUP
     return None
 
 

@@ -354,9 +354,18 @@ class CommandScheduler(BlockScheduler):
             raise ValueError("submit needs a script path or a non-empty argument vector")
         return self.command_tail(args)
 
+    #: One status query per job: a command that prints only the first of several jobs asked
+    #: for (PBS's ``qstat -f -x -F json ID1 ID2``) would leave the others UNKNOWN.
+    STATUS_ONE_JOB_PER_QUERY: ClassVar[bool] = False
+
     def status(self, job_ids: Sequence[str]) -> dict[str, JobStatus]:
         """State of each job; a job the scheduler has forgotten is UNKNOWN."""
         ids = [str(j) for j in job_ids]
+        if not self.STATUS_ONE_JOB_PER_QUERY:
+            return self._status_of(ids)
+        return {j: s for one in ids for j, s in self._status_of([one]).items()}
+
+    def _status_of(self, ids: list[str]) -> dict[str, JobStatus]:
         if not ids:
             return {}
         argv = self.status_argv(ids)

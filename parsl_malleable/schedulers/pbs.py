@@ -99,6 +99,8 @@ def build_pbs_snapshot(
     jobs = list(jobs)
     known = {n.name for n in nodes}
     with_subjobs = {j.array_id for j in jobs if j.array_id}
+    # The scheduler's calendar plans an array's next subjob on the array itself.
+    array_start = {j.job_id: j.expected_start for j in jobs if j.array_parent}
     holding: list[RunningJob] = []
     pending: list[PendingJob] = []
     for job in jobs:
@@ -117,6 +119,10 @@ def build_pbs_snapshot(
                 RunningJob(job.job_id, held, start, limit, job.queue, job.user, ours, job.name)
             )
         elif job.state is JobState.PENDING:
+            expected = job.expected_start
+            if expected is None and job.array_id:
+                # No subjob starts before the array's next one: each keeps its array's place.
+                expected = array_start.get(job.array_id)
             pending.append(
                 PendingJob(
                     job_id=job.job_id,
@@ -125,7 +131,7 @@ def build_pbs_snapshot(
                     submit=job.submit if job.submit is not None else now,
                     partition=job.queue,
                     user=job.user,
-                    expected_start=job.expected_start,
+                    expected_start=expected,
                     ours=ours,
                     name=job.name,
                 )
@@ -376,6 +382,11 @@ class PBSScheduler(CommandScheduler):
         head = self.submit_argv(**options)
         with self.script_tail(script) as tail:
             return [*head, *tail]
+
+    # OpenPBS 23.06 prints only the first job of ``qstat -f -x -F json ID1 ID2`` (the text
+    # form prints all): seen on the live server, where three blocks that ended in one poll
+    # read CANCELLED, UNKNOWN, UNKNOWN.
+    STATUS_ONE_JOB_PER_QUERY = True
 
     def status_argv(self, job_ids: list[str]) -> list[str]:
         # -x: finished jobs too.

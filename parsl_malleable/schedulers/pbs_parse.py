@@ -195,6 +195,11 @@ class PBSVnode:
         """The vnode's name."""
         return self.node.name
 
+    @property
+    def has_cpus(self) -> bool:
+        """False when ``resources_available.ncpus`` is 0 (unknown counts as cpus)."""
+        return as_amount(self.resources.get("ncpus")) != 0.0
+
 
 def parse_pbs_vnodes(text: str) -> list[PBSVnode]:
     """Vnodes from ``pbsnodes -a -F json`` in natural name order."""
@@ -330,7 +335,8 @@ def serve_queues(
     ``partition`` is the vnode's, and whose ``default_chunk`` (over the server's) the vnode
     satisfies. A routing queue serves what its destinations on this server serve. Queues in
     ``also`` that the server did not list (the blocks' queue, when no queue list could be
-    read) are taken as unrestricted beyond the binding.
+    read) are taken as unrestricted beyond the binding. A vnode without cpus is left out: it
+    is no node for any job (a MoM that carries vnodes lists its natural vnode so).
     """
     bound = {v.queue for v in vnodes if v.queue}
     bound |= {q.name for q in queues.values() if q.has_nodes}
@@ -338,6 +344,8 @@ def serve_queues(
     names = list(queues) + [q for q in also if q and q not in queues]
     out = []
     for vnode in vnodes:
+        if not vnode.has_cpus:
+            continue
         memo: dict[str, bool] = {}
         served = tuple(
             q for q in names if _serves(vnode, q, queues, bound, base_chunk, memo, set())
@@ -574,8 +582,19 @@ def _parse_job(job_id: str, attrs: Any) -> PBSJob:
         comment=str(attrs.get("comment", "")),
         substate=substate,
         array_parent=array_parent,
-        array_id=str(attrs.get("array_id", "") or ""),
+        array_id=str(attrs.get("array_id", "") or "") or _array_of(job_id),
     )
+
+
+# A subjob's id, ``27[3].server``: its array is ``27[].server``.
+_SUBJOB_ID = re.compile(r"^(\d+)\[\d+\](.*)$")
+
+
+def _array_of(job_id: str) -> str:
+    """The array id of a subjob (OpenPBS 23.06 prints no ``array_id`` for queued subjobs,
+    and their array was then counted as one more pending job); "" for any other job."""
+    m = _SUBJOB_ID.match(job_id)
+    return f"{m[1]}[]{m[2]}" if m else ""
 
 
 _RESV_HEADER = re.compile(r"^Resv ID:\s*(\S+)")

@@ -344,3 +344,23 @@ def test_queue_records() -> None:
         "prod", execution=False, enabled=False, route_destinations=("a", "b@other")
     )
     assert parse_qstat_queues("{}") == {} and parse_qstat_server("{}") == PBSServer()
+
+
+def test_a_queued_array_counts_once_per_subjob_and_a_vnode_without_cpus_is_no_node() -> None:
+    # 23.06 prints no array_id for queued subjobs: their array is known from their ids.
+    doc = live("qstat-f-t-array-queued.json")
+    vnodes = parse_pbs_vnodes(live("pbsnodes-all-busy.json"))
+    served = serve_queues(vnodes, {}, also=("workq",))
+    assert [n.name for n in served] == [f"vn{i}" for i in range(1, 7)]  # not pbshost (0 cpus)
+    now = float(json.loads(doc)["timestamp"])
+    snap = build_pbs_snapshot(now, served, parse_qstat(doc), ours_prefix="pm-block")
+    assert [j.job_id for j in snap.running] == ["60.pbshost"]
+    assert [p.job_id for p in snap.pending] == [f"61[{i}].pbshost" for i in (1, 2, 3)]
+    # Each subjob keeps its array's place in the scheduler's calendar.
+    parent = live_doc("qstat-f-t-array-queued.json")["Jobs"]["61[].pbshost"]
+    planned = parent["estimated"]["start_time"]
+    assert {p.expected_start for p in snap.pending} == {local_time(planned)}
+
+
+def local_time(printed: str) -> float:
+    return datetime.strptime(printed, "%a %b %d %H:%M:%S %Y").timestamp()
