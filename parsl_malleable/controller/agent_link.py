@@ -19,7 +19,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
@@ -54,6 +54,20 @@ class AgentLink:
     connected: bool = True
 
 
+def node_name(hello: Mapping[str, Any], block_nodes: Sequence[str] = ()) -> str:
+    """The node an agent's ``hello`` comes from, named as its block's scheduler job names it.
+
+    An agent that could only name its host (PBS tells a job's processes no vnode, and one MoM
+    may carry several) is on the block's node at its ``node_index``; without the block's
+    nodes, or when the agent's own name is one of them (Slurm's NodeName), its own name."""
+    name = str(hello.get("node") or hello.get("pool", ""))
+    if not block_nodes or name in block_nodes:
+        return name
+    index = hello.get("node_index", 0)
+    index = index if isinstance(index, int) and index >= 0 else 0
+    return block_nodes[min(index, len(block_nodes) - 1)]
+
+
 OnHello = Callable[[dict[str, Any]], AgentLink | None]
 OnReport = Callable[[AgentLink, dict[str, Any]], None]
 OnGone = Callable[[AgentLink], None]
@@ -75,6 +89,7 @@ class AgentHello(Request):
     job_id: str | None = None
     local_rank: Annotated[int, Field(ge=0)] = 0
     local_size: int = 1  # the controller takes at least 1
+    node_index: Annotated[int, Field(ge=0)] = 0  # among its block's nodes (PBS names vnodes)
     host: str | None = None
     pid: int | None = None
 

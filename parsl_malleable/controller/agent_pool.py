@@ -20,7 +20,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,7 +29,14 @@ from parsl.dataflow.futures import AppFuture
 from parsl.executors import HighThroughputExecutor
 from parsl.executors.high_throughput.errors import ManagerLost, WorkerLost
 
-from parsl_malleable.controller.agent_link import AgentLink, AgentServer, OnGone, OnHello, OnReport
+from parsl_malleable.controller.agent_link import (
+    AgentLink,
+    AgentServer,
+    OnGone,
+    OnHello,
+    OnReport,
+    node_name,
+)
 from parsl_malleable.controller.core import ControllerCore
 from parsl_malleable.controller.node_agent import AgentExit, AgentSpec, JobPayload, run_agent
 
@@ -110,13 +117,18 @@ class AgentPool:
         """An agent said hello: agent tasks do run on the workers."""
         self._failures = 0
 
-    def arrive(self, hello: dict[str, Any], block_key: str) -> AgentLink:
-        """Add the agent that said ``hello`` from block ``block_key``."""
+    def arrive(
+        self, hello: dict[str, Any], block_key: str, block_nodes: Sequence[str] = ()
+    ) -> AgentLink:
+        """Add the agent that said ``hello`` from block ``block_key``, whose scheduler job
+        holds ``block_nodes`` (when known): a node the agent could only name by its host is
+        named by the block's node at its ``node_index`` (PBS's vnodes)."""
         node_id = str(hello.get("pool", ""))
+        name = node_name(hello, block_nodes)
         link = AgentLink(
             agent_id=str(hello.get("agent")),
             node_id=node_id,
-            node_name=str(hello.get("node", node_id)),
+            node_name=name,
             block_key=block_key,
             parsl_block=str(hello.get("block", "")),
             local_rank=int(hello.get("local_rank", 0)),

@@ -102,6 +102,8 @@ class Controller:
             warm=warm_agents,
         )
         self._seen_blocks: dict[str, str] = {}  # block key -> Parsl block id
+        # Block key -> the nodes its scheduler job holds (the last read of the source).
+        self._block_nodes: dict[str, tuple[str, ...]] = {}
         self._blocks = BlockDiff()
         self.phases = PhaseLog()
         self._places: dict[str, MemberPlace] = {}  # member id -> where its rank runs
@@ -268,7 +270,7 @@ class Controller:
             block = self.core.blocks.get(key)
             if self._stop.is_set() or (block is not None and block.yielding):
                 return None
-            link = self.agents.arrive(hello, key)
+            link = self.agents.arrive(hello, key, self._block_nodes.get(key, ()))
             self._seen_blocks.setdefault(key, link.parsl_block)
             peers = self.agents.node_links(node_id)
             if len(peers) >= link.local_size and all(p.job is None for p in peers):
@@ -353,6 +355,7 @@ class Controller:
         if self.source is None:
             return
         views = self.source.blocks()
+        self._block_nodes = {view.key: view.nodes for view in views}
         for view in views:
             self._seen_blocks[view.key] = view.parsl_block
             if view.submitted_at is not None:

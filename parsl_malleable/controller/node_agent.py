@@ -123,18 +123,19 @@ class AgentExit:
 
 
 def where_am_i() -> dict[str, Any]:
-    """This worker's node, block, scheduler job and local rank, from the environment."""
+    """This worker's node (and its index among the block's nodes), block, scheduler job and
+    local rank, from the environment."""
     env = os.environ
     host = socket.gethostname().split(".")[0]
     pool = env.get("PARSL_WORKER_POOL_ID", "")
-    node = (
-        env.get("PM_NODE_NAME")
-        or env.get("SLURMD_NODENAME")
-        or (host if env.get("PBS_JOBID") else "")
-        or f"{host}/{pool or os.getpid()}"
-    )
+    # Slurm names the node (its NodeName, not the host). PBS does not tell a job's process its
+    # vnode, and one MoM may carry several: the host plus the pool keeps two blocks there apart
+    # until the controller names the node from the block's vnodes and ``node_index``.
+    node = env.get("PM_NODE_NAME") or env.get("SLURMD_NODENAME") or f"{host}/{pool or os.getpid()}"
+    index = env.get("PM_NODE_INDEX") or env.get("PALS_NODEID") or env.get("PBS_VNODENUM") or "0"
     return {
         "node": node,
+        "node_index": int(index) if index.isdigit() else 0,
         "pool": pool or f"{host}-{os.getpid()}",
         "block": env.get("PARSL_WORKER_BLOCK_ID", ""),
         "job_id": env.get("PM_BLOCK_JOB_ID") or env.get("SLURM_JOB_ID") or env.get("PBS_JOBID"),

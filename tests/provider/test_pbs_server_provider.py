@@ -9,15 +9,23 @@ bound to another queue; five blocks that end between two polls each get their ow
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
+import parsl
 import pytest
+from parsl.config import Config
 from parsl.jobs.states import JobState as P
 
+from parsl_malleable.app import malleable_app
 from parsl_malleable.harvest.ledger import Phase
 from parsl_malleable.harvest.site_profile import load_profile
-from parsl_malleable.provider import BackfillProvider
+from parsl_malleable.harvest.states import CancelReason
+from parsl_malleable.provider import BackfillProvider, harvest_executor
+from tests.elastic import elastic_scenario as sc
 from tests.pbs_server import PBSServer, wait_until
+
+REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.pbs
 
@@ -94,4 +102,76 @@ def test_five_blocks_that_end_in_one_poll_each_get_their_end_state(
     assert {r.end_state for r in records} == {P.CANCELLED}, records
     messages = [r.message for r in records]
     assert all(m.endswith("(CANCELLED)") for m in messages), messages  # none UNKNOWN
+    assert wait_until(lambda: not ours_unfinished(pbs), 60), ours_unfinished(pbs)
+
+
+@pytest.mark.slow
+def test_a_native_makes_a_block_yield_its_rank_leaves_at_a_commit_and_the_native_runs(
+    pbs: PBSServer, tmp_path: Path
+) -> None:
+    # Two blocks carry the two torch ranks of one malleable job; a native that needs every
+    # vnode but one arrives in workq. A block yields: its rank leaves at a commit (never
+    # lost, no rollback), the job trains on with the other, the block ends CANCELLED after
+    # qsig -s URG and the qdel, and the native starts.
+    sc.environment_ready()
+    bindir = Path(sys.executable).parent
+    profile = load_profile("example-pbs").with_overrides(
+        queue="backfill",
+        min_block_s=60,
+        poll_interval_s=4,
+        yield_grace_s=3,
+        safety_margin_s=10,
+        max_nodes=2,
+        max_nodes_per_block=1,
+        address="127.0.0.1",
+        # A PBS job gets a login environment: the worker needs this interpreter and the repo.
+        worker_init=f"export PATH={bindir}:$PATH PYTHONPATH={REPO}:$PYTHONPATH OMP_NUM_THREADS=1",
+    )
+    provider = BackfillProvider(profile, env=pbs.env, slots=2)
+    htex = harvest_executor(provider)
+    config = Config(executors=[htex], run_dir=str(tmp_path / "runinfo"), strategy_period=1)
+    native = ""
+    with parsl.load(config):
+        app = malleable_app(
+            checkpoint_dir=str(tmp_path / "ckpt"),
+            min_nodes=1,
+            max_nodes=2,
+            checkpoint_every=1000,
+            collective_timeout_s=15,
+            settle_s=3.0,
+        )(sc.train_paced)
+        pace = tmp_path / "pace"
+        pace.touch()
+        job = app.submit(pace_file=str(pace), step_delay_s=1.0, epochs=30, batch_size=32)
+        sc.wait_size(job, 2, progress=2, timeout_s=300)
+        width = len(pbs.compute_vnodes()) - 1
+        native = pbs.qsub_native(
+            "-l", f"select={width}:ncpus=1", "-l", "place=scatter", "-l", "walltime=00:01:00",
+            "--", "/bin/sleep", "5",
+        )  # fmt: skip
+
+        def yielded() -> bool:
+            return any(
+                r.cancel_reason is CancelReason.YIELD and r.end_state is not None
+                for r in provider.history()
+            )
+
+        assert wait_until(yielded, 120), provider.history()
+        (record,) = [r for r in provider.history() if r.cancel_reason is CancelReason.YIELD]
+        events = job.coordinator.events()
+        kinds = [e["event"] for e in events]
+        assert "left" in kinds and "lost" not in kinds and "rollback" not in kinds, kinds
+        assert wait_until(lambda: pbs.jobs(history=True)[native]["job_state"] in "RF", 120)
+        pace.unlink()
+        result = job.future.result(timeout=300)
+        assert result["steps"] > 0
+    assert record.end_state is P.TIMEOUT  # how Parsl is told: the block's time is up
+    assert (Path(provider.script_dir) / f"usr1-{record.job_id}").exists()  # the trap ran
+    attrs = pbs.jobs(history=True)[record.job_id]
+    # The notice (URG) never ended the job (USR1 did: 266). Its workers, drained, exit by
+    # themselves (0), or the qdel after the grace ends the login shell (256 + 15).
+    ends = {0: "COMPLETED", 271: "CANCELLED"}
+    assert attrs["Exit_status"] in ends, attrs
+    said = ends[attrs["Exit_status"]]
+    assert record.message == f"job {record.job_id}: yielded to a native job ({said})"
     assert wait_until(lambda: not ours_unfinished(pbs), 60), ours_unfinished(pbs)
