@@ -1,10 +1,11 @@
 """``BackfillProvider``: a Parsl ExecutionProvider that runs blocks in a scheduler's idle holes.
 
 Each poll takes one snapshot of the machine (two scheduler queries on Slurm), brings the book of
-our blocks up to date, yields every block that now stands in the way of a queued native job
-(asks its ranks to leave, then cancels it), and fills waiting Parsl blocks with new scheduler
-jobs of k nodes whose walltime ends a safety margin before the window does, after confirming
-with ``sbatch --test-only`` that they start at once.
+our blocks up to date, cancels every block still running past its walltime plus a margin
+(whatever the scheduler and the block's worker do), yields every block that now stands in the
+way of a queued native job (asks its ranks to leave, then cancels it), and fills waiting Parsl
+blocks with new scheduler jobs of k nodes whose walltime ends a safety margin before the window
+does, after confirming with ``sbatch --test-only`` that they start at once.
 
 Who owns block counts: the provider. A Parsl block is a *slot* that the provider fills with one
 scheduler job after another as windows open and close; Parsl sees it PENDING while it waits and
@@ -55,6 +56,7 @@ from parsl_malleable.harvest.sites import (
 )
 from parsl_malleable.harvest.states import CancelReason
 from parsl_malleable.harvest.submission import provider_tag
+from parsl_malleable.harvest.walltime import WalltimeStep
 from parsl_malleable.harvest.warmup import load_planner
 from parsl_malleable.harvest.yield_step import YieldStep
 from parsl_malleable.inputs import safe_name
@@ -69,7 +71,7 @@ _SAFE_ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 WIND_DOWN_S = 30.0
 
 
-class BackfillProvider(Launching, YieldStep, ExecutionProvider, RepresentationMixin):
+class BackfillProvider(Launching, YieldStep, WalltimeStep, ExecutionProvider, RepresentationMixin):
     """Parsl provider that harvests idle nodes without delaying any queued native job.
 
     ``profile``: a :class:`SiteProfile`, a profile name in ``providers/`` or a YAML path;
@@ -362,6 +364,11 @@ class BackfillProvider(Launching, YieldStep, ExecutionProvider, RepresentationMi
                     self._wake.clear()
                     self.poll_once()
                     next_poll = time.monotonic() + self.profile.poll_interval_s
+                    overdue_in = self._next_walltime_check_in()
+                    if overdue_in is not None:
+                        # A block's walltime end + margin falls before the next poll: the
+                        # walltime step needs a snapshot taken then, not up to a poll later.
+                        next_poll = min(next_poll, time.monotonic() + overdue_in)
                     next_watch = time.monotonic() + watch if watch else math.inf
                 self._send_due_cancels()
                 due = self._next_cancel_in()
@@ -393,7 +400,8 @@ class BackfillProvider(Launching, YieldStep, ExecutionProvider, RepresentationMi
             return any(r.phase is Phase.RUNNING for r in self._jobs.values())
 
     def poll_once(self) -> PollReport:
-        """One poll: snapshot, book-keeping, yields, withdrawals, new blocks."""
+        """One poll: snapshot, book-keeping, blocks past their walltime, yields, withdrawals,
+        new blocks."""
         with self._poll_lock:
             before = sum(self.scheduler.queries.values())
             report = PollReport(started=self.clock())
@@ -408,6 +416,7 @@ class BackfillProvider(Launching, YieldStep, ExecutionProvider, RepresentationMi
                 snap = self.scheduler.snapshot()
                 self.last_snapshot = snap
                 self._reconcile(snap, report)
+                self._end_overdue(snap, report)
                 self._yield(snap, report)
                 self._send_due_cancels()
                 self._withdraw_stuck(report)

@@ -57,6 +57,10 @@ class JobRecord:
     missing_polls: int = 0  # consecutive snapshots that did not list it
     cancel_attempts: int = 0  # failed cancels so far (they back off, then give up)
     cancel_given_up: bool = False
+    seen_running_at: float | None = None  # the first snapshot that showed it running
+    # When its walltime runs out by the provider's count: the start the scheduler reports
+    # (else ``seen_running_at``) plus ``walltime_s``; harvest/walltime.py ends it soon after.
+    walltime_end: float | None = None
 
     @property
     def active(self) -> bool:
@@ -129,6 +133,7 @@ class PollReport:
     error: str = ""
     ended: list[str] = field(default_factory=list)
     yielded: list[str] = field(default_factory=list)
+    overdue: list[str] = field(default_factory=list)  # cancelled: running past the walltime
     submitted: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     queries: int = 0

@@ -3,8 +3,9 @@
 :class:`~parsl_malleable.provider.BackfillProvider` is assembled from parts that each do one
 job of a poll, as classes it inherits: :class:`~.cancelling.Cancelling` (cancels, with
 backoff), :class:`~.book_keeping.BookKeeping` (the book against a snapshot),
-:class:`~.launching.Launching` (new blocks) and :class:`~.yield_step.YieldStep` (blocks that
-must leave). They share the state declared here, which the provider's ``__init__`` sets; the
+:class:`~.launching.Launching` (new blocks), :class:`~.yield_step.YieldStep` (blocks that
+must leave) and :class:`~.walltime.WalltimeStep` (blocks the scheduler lets outlive their
+walltime). They share the state declared here, which the provider's ``__init__`` sets; the
 provider itself keeps Parsl's interface, the poll and heartbeat threads and closing down.
 """
 

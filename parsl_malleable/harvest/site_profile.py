@@ -80,6 +80,15 @@ class SiteProfile(BaseModel):
     yield_grace_s: float = Field(
         5.0, ge=0, description="drain time before a yielding block is cancelled"
     )
+    walltime_margin_s: float | None = Field(
+        None,
+        ge=0,
+        description=(
+            "the provider cancels a block still running this long after its walltime ends "
+            "(whatever its worker does); None: 5 s after the scheduler's own time-limit check "
+            "(slurm 35, pbs 5, emulated 5; harvest/walltime.py says why)"
+        ),
+    )
     start_timeout_s: float = Field(
         30.0, gt=0, description="cancel a block still pending after this"
     )

@@ -24,6 +24,9 @@ class CancelReason(StrEnum):
     PARSL = "parsl"  # Parsl scaled the block in (or shut down): CANCELLED
     NOT_STARTED = "not-started"  # still pending after start_timeout_s: CANCELLED, never ran
     STRAY = "stray"  # a job of ours no slot holds (a failed submit's, a duplicate): CANCELLED
+    # Still running past its walltime + WALLTIME_MARGIN_S (harvest/walltime.py): the scheduler
+    # was late to end it, so the provider did. A walltime end, so TIMEOUT.
+    WALLTIME = "walltime"
 
 
 _BY_SCHEDULER: dict[JobState, ParslState] = {
@@ -58,6 +61,8 @@ def end_state(
         return ParslState.CANCELLED, "cancelled by Parsl"
     if cancel_reason is CancelReason.STRAY:
         return ParslState.CANCELLED, "cancelled: a job of ours that no block held"
+    if cancel_reason is CancelReason.WALLTIME:
+        return ParslState.TIMEOUT, "walltime reached; the scheduler had not ended it: cancelled"
     if state is JobState.UNKNOWN:
         if end_limit is not None and now is not None and now >= end_limit - LIMIT_SLACK_S:
             return ParslState.TIMEOUT, "left the queue at its time limit"

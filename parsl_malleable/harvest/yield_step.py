@@ -28,7 +28,12 @@ class YieldStep(Cancelling):
 
     def _yield(self, snap: Snapshot, report: PollReport) -> None:
         with self._lock:
-            live = {r.job_id: r for r in self._jobs.values() if r.phase is Phase.RUNNING}
+            # A block already being cancelled (walltime, Parsl) keeps its reason.
+            live = {
+                r.job_id: r
+                for r in self._jobs.values()
+                if r.phase is Phase.RUNNING and r.cancel_reason is None
+            }
         in_snapshot = {j.job_id for j in snap.running}
         deadlines = {
             job_id: rec.deadline
