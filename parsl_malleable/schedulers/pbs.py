@@ -16,7 +16,7 @@ import dataclasses
 import math
 import re
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, ClassVar
 
 from parsl_malleable.schedulers.base import Script, SiteDestination
@@ -32,7 +32,9 @@ from parsl_malleable.schedulers.pbs_parse import (
     parse_qstat_queues,
     parse_qstat_server,
     parse_qsub,
+    queue_signature_of_qstat,
     serve_queues,
+    vnode_takes_chunk,
 )
 from parsl_malleable.schedulers.records import (
     JobState,
@@ -83,6 +85,7 @@ def build_pbs_snapshot(
     backfill: str = "easy",
     default_time_limit: float | None = None,
     default_partition: str | None = None,
+    vnodes: Mapping[str, PBSVnode] | None = None,
 ) -> Snapshot:
     """Assemble a :class:`Snapshot` from parsed PBS output (pure).
 
@@ -94,7 +97,8 @@ def build_pbs_snapshot(
     two queries) is allocated. Pending: Q, W and T (held jobs are left out: they never start
     on their own). PBS does not print its sort order, so pending jobs are ordered by the
     scheduler's own calendar (``estimated.start_time``, set for the jobs it plans) and then
-    by queue time and id.
+    by queue time and id. Each pending job names the vnodes it may run on
+    (:func:`allowed_vnodes`; ``vnodes``: their resources, by name, for its ``select``).
     """
     jobs = list(jobs)
     known = {n.name for n in nodes}
@@ -162,6 +166,27 @@ def build_pbs_snapshot(
         default_time_limit=default_time_limit,
         default_partition=default_partition,
     )
+
+
+def allowed_vnodes(
+    job: PBSJob, nodes: Sequence[Node], vnodes: Mapping[str, PBSVnode]
+) -> frozenset[str] | None:
+    """The vnodes a queued job may run on: those that serve its queue (``Node.partitions``,
+    when that queue is known there at all) and have what one of its kinds of chunk asks
+    (``vnodes``: the vnodes' resources, by name). None: any vnode. PBS's ``place`` (pack,
+    group=) is not modelled: whole-vnode plans already give each chunk its own vnode."""
+    queue_known = any(job.queue in n.partitions for n in nodes)
+    allowed = frozenset(
+        n.name
+        for n in nodes
+        if (not queue_known or job.queue in n.partitions)
+        and (
+            not job.chunks
+            or n.name not in vnodes
+            or any(vnode_takes_chunk(vnodes[n.name], c) for c in job.chunks)
+        )
+    )
+    return None if len(allowed) == len(nodes) else allowed
 
 
 def _one_holder_per_vnode(jobs: list[RunningJob]) -> list[RunningJob]:
@@ -332,6 +357,7 @@ class PBSScheduler(CommandScheduler):
             backfill=self.backfill,
             default_time_limit=self.default_time_limit,
             default_partition=self.server.default_queue,
+            vnodes={v.name: v for v in nodes},
         )
 
     def submit_argv(
@@ -417,6 +443,12 @@ class PBSScheduler(CommandScheduler):
 
     def cancel_argv(self, job_ids: list[str]) -> list[str]:
         return ["qdel", *job_ids]
+
+    def queue_signature(self) -> frozenset[tuple[str, str]]:
+        """Native jobs queued or running now, as (id, PD|R): one plain ``qstat -t`` (text,
+        no history), so the provider's watch sees an arrival or an end between polls."""
+        result = self.run(["qstat", "-t"], label="qstat (watch)")
+        return queue_signature_of_qstat(result.stdout, self.ours_prefix)
 
     def signal_argv(self, job_ids: list[str], signal: str) -> list[str]:
         """qsig of :attr:`BATCH_SIGNALS`' stand-in for ``signal`` (USR1 goes as URG); other

@@ -85,6 +85,25 @@ def chunks_node_count(select: Any, field: str) -> int:
     return total
 
 
+def select_chunks(select: Any) -> tuple[dict[str, str], ...]:
+    """The resources each kind of chunk of a select statement asks of its vnode
+    (``2:ncpus=4+1:ngpus=1`` -> ``({"ncpus": "4"}, {"ngpus": "1"})``); counts dropped."""
+    out = []
+    for chunk in str(select).split("+"):
+        asks = {}
+        for part in chunk.split(":"):
+            name, sep, value = part.partition("=")
+            if sep:
+                asks[name.strip()] = value.strip()
+        out.append(asks)
+    return tuple(out)
+
+
+def vnode_takes_chunk(vnode: PBSVnode, chunk: Mapping[str, str]) -> bool:
+    """Whether ``vnode`` has, in all, what ``chunk`` asks (free or not: a plan's question)."""
+    return all(resource_satisfies(vnode.resources.get(k), want) for k, want in chunk.items())
+
+
 def vnodes_of(exec_vnode: str) -> tuple[str, ...]:
     """Node names, in order, in an exec_vnode (``(n1:ncpus=2)+(n2:ncpus=2)``) or exec_host.
 
@@ -495,6 +514,9 @@ class PBSJob:
     substate: int | None = None
     array_parent: bool = False
     array_id: str = ""
+    # What each kind of chunk asks of a vnode (``schedselect``: the select with the queue's
+    # and server's defaults filled in, else ``Resource_List.select``); () when neither.
+    chunks: tuple[dict[str, str], ...] = ()
 
     @property
     def starting(self) -> bool:
@@ -583,7 +605,42 @@ def _parse_job(job_id: str, attrs: Any) -> PBSJob:
         substate=substate,
         array_parent=array_parent,
         array_id=str(attrs.get("array_id", "") or "") or _array_of(job_id),
+        chunks=_chunks_of(attrs, resources),
     )
+
+
+def _chunks_of(
+    attrs: Mapping[str, Any], resources: Mapping[str, Any]
+) -> tuple[dict[str, str], ...]:
+    select = attrs.get("schedselect", resources.get("select"))
+    return select_chunks(select) if select is not None else ()
+
+
+# qstat's text form cuts a name to 16 characters, the last one then a ``*``.
+_NAME_WIDTH = 16
+_WAITING = frozenset("QWT")
+_HOLDING = frozenset("RBESU")
+
+
+def queue_signature_of_qstat(text: str, ours_prefix: str) -> frozenset[tuple[str, str]]:
+    """(id, PD|R) of every native job in plain ``qstat -t`` output (id, name, user, time,
+    state, queue), for the provider's watch between polls. A name qstat cut short is ours when
+    what is left of it begins ``ours_prefix``, or ``ours_prefix`` begins with it."""
+    out = set()
+    for line in text.splitlines():
+        words = line.split()
+        if len(words) < 6 or words[0].startswith(("Job", "-")):
+            continue
+        job_id, name, state = words[0], words[1], words[4]
+        cut = len(name) == _NAME_WIDTH and name.endswith("*")
+        stem = name[:-1] if cut else name
+        if ours_prefix and (stem.startswith(ours_prefix) or (cut and ours_prefix.startswith(stem))):
+            continue
+        if state in _WAITING:
+            out.add((job_id, "PD"))
+        elif state in _HOLDING:
+            out.add((job_id, "R"))
+    return frozenset(out)
 
 
 # A subjob's id, ``27[3].server``: its array is ``27[].server``.

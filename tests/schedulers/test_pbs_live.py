@@ -26,6 +26,7 @@ from parsl_malleable.schedulers.pbs_parse import (
     parse_qstat,
     parse_qstat_queues,
     parse_qstat_server,
+    queue_signature_of_qstat,
     resource_satisfies,
     serve_queues,
 )
@@ -364,3 +365,30 @@ def test_a_queued_array_counts_once_per_subjob_and_a_vnode_without_cpus_is_no_no
 
 def local_time(printed: str) -> float:
     return datetime.strptime(printed, "%a %b %d %H:%M:%S %Y").timestamp()
+
+
+# Plain `qstat -t` on the live server (text form: names cut to 16 characters, then a `*`).
+QSTAT_TEXT = """\
+Job id            Name             User              Time Use S Queue
+----------------  ---------------- ----------------  -------- - -----
+218.pbshost       pm-block-bench-* root              00:00:00 R backfill
+220.pbshost       native-1         pbsnative         00:00:00 R workq
+225[].pbshost     STDIN            pbsnative                0 B workq
+225[1].pbshost    STDIN            pbsnative         00:00:00 R workq
+225[2].pbshost    STDIN            pbsnative                0 Q workq
+226.pbshost       pm-block         root                     0 Q backfill
+227.pbshost       held             pbsnative                0 H workq
+"""
+
+
+def test_the_watch_reads_natives_from_plain_qstat_and_leaves_out_our_blocks() -> None:
+    signature = queue_signature_of_qstat(QSTAT_TEXT, "pm-block")
+    assert signature == {
+        ("220.pbshost", "R"),
+        ("225[].pbshost", "R"),
+        ("225[1].pbshost", "R"),
+        ("225[2].pbshost", "PD"),
+    }
+    # A prefix longer than the name column: the cut name is what is left of it.
+    assert ("218.pbshost", "R") not in queue_signature_of_qstat(QSTAT_TEXT, "pm-block-bench-xyz")
+    assert ("218.pbshost", "R") in queue_signature_of_qstat(QSTAT_TEXT, "pm-other")

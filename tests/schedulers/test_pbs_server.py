@@ -9,6 +9,8 @@ prints only the first: each must still get its own state), and the walltime.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from parsl_malleable.schedulers.pbs import PBSScheduler
@@ -21,6 +23,15 @@ pytestmark = pytest.mark.pbs
 
 def scheduler(pbs: PBSServer, **options: object) -> PBSScheduler:
     return PBSScheduler(queue="backfill", ours_prefix="pm-block", env=pbs.env, **options)
+
+
+def submit(
+    sched: PBSScheduler, tmp_path: Path, argv: list[str], name: str, walltime_s: float
+) -> str:
+    """A one-vnode job running ``argv``, its output in ``tmp_path`` (not qsub's folder)."""
+    return sched.submit(
+        argv, nodes=1, walltime_s=walltime_s, name=name, output=str(tmp_path / f"{name}.out")
+    )
 
 
 def running(pbs: PBSServer, ids: list[str]) -> bool:
@@ -76,13 +87,14 @@ def test_a_vnode_bound_to_another_queue_serves_only_that_queue(pbs: PBSServer) -
     assert all(s == {"backfill"} for s in serves.values()), serves
 
 
-def test_the_status_of_many_jobs_ending_together_keeps_each_ones_state(pbs: PBSServer) -> None:
+def test_the_status_of_many_jobs_ending_together_keeps_each_ones_state(
+    pbs: PBSServer, tmp_path: Path
+) -> None:
     sched = scheduler(pbs)
     blocks = [
-        sched.submit(["/bin/sleep", "600"], nodes=1, walltime_s=300, name=f"pm-block-s{i}")
-        for i in range(5)
+        submit(sched, tmp_path, ["/bin/sleep", "600"], f"pm-block-s{i}", 300) for i in range(5)
     ]
-    done = sched.submit(["/bin/true"], nodes=1, walltime_s=60, name="pm-block-done")
+    done = submit(sched, tmp_path, ["/bin/true"], "pm-block-done", 60)
     assert wait_until(lambda: running(pbs, blocks), 60), pbs.jobs()
     sched.cancel(blocks)  # five blocks end in one command, as in one poll
 
@@ -98,9 +110,11 @@ def test_the_status_of_many_jobs_ending_together_keeps_each_ones_state(pbs: PBSS
     assert sched.status(["999999.pbshost"])["999999.pbshost"].state is JobState.UNKNOWN
 
 
-def test_pbs_ends_a_job_at_its_walltime_and_the_status_says_timeout(pbs: PBSServer) -> None:
+def test_pbs_ends_a_job_at_its_walltime_and_the_status_says_timeout(
+    pbs: PBSServer, tmp_path: Path
+) -> None:
     sched = scheduler(pbs)
-    job = sched.submit(["/bin/sleep", "600"], nodes=1, walltime_s=3, name="pm-block-wall")
+    job = submit(sched, tmp_path, ["/bin/sleep", "600"], "pm-block-wall", 3)
 
     def ended() -> bool:
         return sched.status([job])[job].state.finished
