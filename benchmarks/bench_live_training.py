@@ -24,6 +24,16 @@ samples are printed beside the live ones.
 
 Run: ``python benchmarks/bench_live_training.py [--calibration F] [--out F]`` (about 4 minutes
 per run, 4 runs).
+
+``--scheduler pbs`` runs it on the live OpenPBS server (``scripts/pbs-server start``, vnodes
+vn1..vn6): the natives go to ``workq`` as ``pbsnative`` (``select=N:ncpus=1``,
+``place=scatter``, ``walltime=`` the limit), the jobs train on blocks of profile ``pbs-test``
+(queue ``backfill``, polling mode: PBS here preempts nothing; 3 s polls, a block per vnode), one
+mode: ``poll``. There the three jobs are a campaign of ``--epochs`` epochs each (default 30; on
+Slurm they train until the driver closes, ``--epochs 0``); after the last native ends they get
+``--finish-s`` more seconds, and it prints how many were done by then, besides what
+``bench_live_harvest.py`` prints on PBS: block jobs left after close, natives that waited for a
+block.
 """
 
 from __future__ import annotations
@@ -37,21 +47,25 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import hostlist
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import REPO
 from bench_live_harvest import (
     NODES,
+    SITES,
+    BlockWaits,
     Native,
+    Site,
+    SlurmSite,
     _overlap,
-    machine_idle,
-    slurm,
-    slurm_env,
+    _start_of,
+    block_waits,
+    close_and_check,
+    describe_waits,
     stream,
     wait_until,
 )
@@ -68,6 +82,11 @@ MODES: dict[str, tuple[str, dict[str, Any]]] = {
     "preempt": ("slurm-preempt", {"max_nodes_per_block": 1, "slots": 6}),
     "poll": ("slurm-test", {"watch_interval_s": 1.0, "max_nodes_per_block": 2, "slots": 6}),
 }
+# PBS: polling mode, the profile as it is (a block per vnode, 6 slots).
+PBS_MODES: dict[str, tuple[str, dict[str, Any]]] = {"poll": ("pbs-test", {})}
+MODES_OF = {"slurm": MODES, "pbs": PBS_MODES}
+DEFAULT_MODES = {"slurm": "preempt,poll", "pbs": "poll"}
+DEFAULT_EPOCHS = {"slurm": 0, "pbs": 30}  # 0: train until the driver closes
 
 
 @dataclass
@@ -90,6 +109,13 @@ class LiveRun:
     preempted: int = 0
     yields: int = 0
     startup_s: list[float] = field(default_factory=list)
+    # Printed on PBS only:
+    natives_done: int = 0
+    blocks_left: list[str] = field(default_factory=list)
+    gone_after_s: float | None = None
+    block_waits: BlockWaits | None = None
+    jobs_done: dict[str, float] = field(default_factory=dict)  # job -> done, s after t0
+    jobs_failed: dict[str, str] = field(default_factory=dict)
 
 
 def samples_trained(epochs: list[dict[str, Any]], until: float) -> float:
@@ -123,37 +149,30 @@ def per_node_rates(epochs: list[dict[str, Any]]) -> dict[int, float]:
     return {n: done[n] / spent[n] for n in sorted(done)}
 
 
-def submit_stream(natives: list[Native], run_dir: Path) -> tuple[float, dict[int, float]]:
+def submit_stream(
+    natives: list[Native], run_dir: Path, site: Site
+) -> tuple[float, dict[int, float], dict[int, str]]:
     submitted: dict[int, float] = {}
+    ids: dict[int, str] = {}
     t0 = time.time()
     for job in natives:
         delay = t0 + job.at - time.time()
         if delay > 0:
             time.sleep(delay)
-        out = run_dir / f"native-{job.index}"
-        script = f'date +%s.%N > {out}; echo "$SLURM_JOB_NODELIST" >> {out}; sleep {job.run_s:.1f}'
         submitted[job.index] = time.time()
-        slurm(
-            "sbatch", "--parsable", "--partition=batch", f"-N{job.nodes}",
-            f"-t{job.limit_min}", "--output=/dev/null", f"--job-name=native-{job.index}",
-            "--wrap", script,
-        )  # fmt: skip
-    return t0, submitted
+        ids[job.index] = site.submit_native(job, run_dir / f"native-{job.index}")
+    return t0, submitted, ids
 
 
-def natives_done() -> bool:
-    return not any(n.startswith("native-") for n in slurm("squeue", "-h", "-o", "%j").split())
+def natives_done(site: Site) -> bool:
+    return not any(n.startswith("native-") for n in site.queue_names())
 
 
 def read_natives(
-    natives: list[Native], run_dir: Path
+    natives: list[Native], run_dir: Path, ids: dict[int, str], site: Site
 ) -> tuple[dict[int, float], dict[int, list[str]]]:
-    starts, nodes = {}, {}
-    for j in natives:
-        start, nodelist = (run_dir / f"native-{j.index}").read_text().split()[:2]
-        starts[j.index] = float(start)
-        nodes[j.index] = hostlist.expand_hostlist(nodelist)
-    return starts, nodes
+    starts = {j.index: _start_of(run_dir / f"native-{j.index}") for j in natives}
+    return starts, site.native_nodes(ids, run_dir)
 
 
 def idle_node_seconds(natives: list[Native], starts: dict[int, float], t0: float) -> float:
@@ -164,15 +183,17 @@ def idle_node_seconds(natives: list[Native], starts: dict[int, float], t0: float
     return NODES * (t1 - t0) - busy
 
 
-def baseline(natives: list[Native], work: Path) -> LiveRun:
-    if not wait_until(machine_idle, 120):
+def baseline(natives: list[Native], work: Path, site: Site | None = None) -> LiveRun:
+    site = site or SlurmSite()
+    if not wait_until(site.machine_idle, 120):
         raise RuntimeError("the cluster did not become idle; is another job running?")
     run_dir = Path(tempfile.mkdtemp(dir=work, prefix="baseline-"))
-    t0, submitted = submit_stream(natives, run_dir)
-    wait_until(natives_done, 600)
-    starts, nodes = read_natives(natives, run_dir)
+    site.prepare(run_dir)
+    t0, submitted, ids = submit_stream(natives, run_dir, site)
+    wait_until(lambda: natives_done(site), 600)
+    starts, nodes = read_natives(natives, run_dir, ids, site)
     t1 = max(starts[j.index] + j.run_s for j in natives)
-    return LiveRun(
+    run = LiveRun(
         "baseline",
         {i: starts[i] - submitted[i] for i in starts},
         nodes,
@@ -181,9 +202,20 @@ def baseline(natives: list[Native], work: Path) -> LiveRun:
         t1,
         idle_node_seconds(natives, starts, t0),
     )
+    if site.reports_leftovers:
+        run.natives_done = site.natives_finished(ids)
+    return run
 
 
-def harvest(mode: str, natives: list[Native], work: Path, step_s: float) -> LiveRun:
+def harvest(
+    mode: str,
+    natives: list[Native],
+    work: Path,
+    step_s: float,
+    site: Site | None = None,
+    epochs: int = 0,
+    finish_s: float = 0.0,
+) -> LiveRun:
     import parsl
     from parsl.config import Config
     from parsl_malleable.apps.digits import train_elastic
@@ -194,18 +226,23 @@ def harvest(mode: str, natives: list[Native], work: Path, step_s: float) -> Live
     from parsl_malleable.harvest.states import CancelReason
     from parsl_malleable.provider import BackfillProvider, harvest_executor
 
-    if not wait_until(machine_idle, 120):
+    site = site or SlurmSite()
+    if not wait_until(site.machine_idle, 120):
         raise RuntimeError("the cluster did not become idle; is another job running?")
     run_dir = Path(tempfile.mkdtemp(dir=work, prefix=f"{mode}-"))
-    profile, overrides = MODES[mode]
+    site.prepare(run_dir)
+    profile, overrides = MODES_OF[site.key][mode]
+    init = f"export PYTHONPATH={REPO}:$PYTHONPATH OMP_NUM_THREADS=1"
     provider = BackfillProvider(
         profile,
+        label=site.label,
         script_dir=str(run_dir / "scripts"),
-        env={"SLURM_CONF": slurm_env()["SLURM_CONF"]},
-        worker_init=f"export PYTHONPATH={REPO}:$PYTHONPATH OMP_NUM_THREADS=1",
+        env=site.provider_env(),
+        worker_init="\n".join(filter(None, [site.worker_init(), init])),
         **overrides,
     )
     htex = harvest_executor(provider)
+    done_at: dict[str, float] = {}
     with parsl.load(Config(executors=[htex], run_dir=str(run_dir / "runinfo"))):
         controller = configure(htex)
         jobs = {}
@@ -213,33 +250,52 @@ def harvest(mode: str, natives: list[Native], work: Path, step_s: float) -> Live
             app = malleable_app(
                 checkpoint_dir=str(run_dir / name), max_nodes=max_nodes, checkpoint_every=200
             )(train_elastic)
-            # Trains until the driver closes (the jobs then fail, which is expected here).
+            # Without a campaign size (epochs 0): trains until the driver closes (the jobs
+            # then fail, which is expected here).
             jobs[name] = app.submit(
-                epochs=100_000, hidden=hidden, seed=seed, step_delay_s=step_s, name=name
+                epochs=epochs or 100_000, hidden=hidden, seed=seed, step_delay_s=step_s, name=name
+            )
+            jobs[name].future.add_done_callback(
+                lambda _f, n=name: done_at.setdefault(n, time.time())
             )
 
         def whole_machine_trains() -> bool:
-            return sum(j.coordinator.running_world_size() for j in jobs.values()) >= NODES
+            # (A campaign's job may end first: then the machine the others can use.)
+            wanted = sum(JOBS[n][1] for n, j in jobs.items() if not j.future.done())
+            running = sum(j.coordinator.running_world_size() for j in jobs.values())
+            return running >= min(NODES, wanted)
 
         if not wait_until(whole_machine_trains, 180, 0.5):
             print(f"# {mode}: the jobs did not train on all {NODES} nodes before the stream")
         training_before = controller.phases.training_s()
         before = {n: samples_trained(j.coordinator.epochs(), time.time()) for n, j in jobs.items()}
-        t0, submitted = submit_stream(natives, run_dir)
-        wait_until(natives_done, 600, 0.25)
-        starts, nodes = read_natives(natives, run_dir)
+        t0, submitted, ids = submit_stream(natives, run_dir, site)
+        wait_until(lambda: natives_done(site), 600, 0.25)
+        starts, nodes = read_natives(natives, run_dir, ids, site)
         t1 = max(starts[j.index] + j.run_s for j in natives)
         # The phase log is read each controller tick (0.25 s): one more tick, then count.
         time.sleep(max(0.0, t1 + 2 * controller.tick_s - time.time()))
         training = controller.phases.training_s() - training_before
-        epochs = {n: j.coordinator.epochs() for n, j in jobs.items()}
+        epochs_of = {n: j.coordinator.epochs() for n, j in jobs.items()}
         startups = [
             s.first_step - s.submitted
             for s in controller.phases.startups()
             if s.submitted is not None and s.submitted >= t0
         ]
         history = provider.history()
-        provider.close()
+        if epochs and finish_s > 0:
+            # The campaign's jobs get finish_s more to end (on whatever the machine gives).
+            wait_until(lambda: all(j.future.done() for j in jobs.values()), finish_s, 0.5)
+        finished = {n for n, j in jobs.items() if j.future.done()}
+        failed = {
+            n: repr(jobs[n].future.exception())[:120]
+            for n in finished
+            if jobs[n].future.exception() is not None
+        }
+        if site.reports_leftovers:
+            left, gone_s = close_and_check(provider, site, mode)
+        else:
+            provider.close()
     harvested = sum(
         len(r.nodes) * _overlap(r.start, r.ended_at or t1, (t0, t1))
         for r in history
@@ -255,25 +311,35 @@ def harvest(mode: str, natives: list[Native], work: Path, step_s: float) -> Live
         idle_node_seconds(natives, starts, t0),
         harvested_node_s=harvested,
         training_node_s=training,
-        samples={n: samples_trained(e, t1) - before[n] for n, e in epochs.items()},
-        rates={n: per_node_rates(e) for n, e in epochs.items()},
-        epochs=epochs,
+        samples={n: samples_trained(e, t1) - before[n] for n, e in epochs_of.items()},
+        rates={n: per_node_rates(e) for n, e in epochs_of.items()},
+        epochs=epochs_of,
         blocks=sum(r.start is not None for r in history),
         preempted=sum(r.cancel_reason is None and "preempted" in r.message for r in history),
         yields=sum(r.cancel_reason is CancelReason.YIELD for r in history),
         startup_s=startups,
     )
+    if site.reports_leftovers:
+        run.natives_done = site.natives_finished(ids)
+        run.blocks_left, run.gone_after_s = left, gone_s
+        grace = provider.profile.yield_grace_s
+        run.block_waits = block_waits(history, natives, submitted, starts, nodes, grace)
+        run.jobs_done = {n: done_at[n] - t0 for n in sorted(finished - set(failed))}
+        run.jobs_failed = failed
     if startups:
         print(
             f"# {mode}: block submitted -> first step: median {statistics.median(startups):.2f} s,"
             f" p90 {percentile(startups, 0.9):.2f} s over {len(startups)} nodes"
         )
-    wait_until(machine_idle, 120)
+    wait_until(site.machine_idle, 120)
     return run
 
 
-def replayed_samples(run: LiveRun, natives: list[Native], calibration: Path | None) -> float:
-    """Samples the replay engine trains on this run's idle nodes with its measured rates."""
+def replayed_samples(
+    run: LiveRun, natives: list[Native], calibration: Path | None, names: Sequence[str] = NAMES
+) -> float:
+    """Samples the replay engine trains on this run's idle nodes (``names``) with its measured
+    rates."""
     import numpy as np
 
     from parsl_malleable.allocate.curve import ScalingCurve
@@ -283,13 +349,13 @@ def replayed_samples(run: LiveRun, natives: list[Native], calibration: Path | No
     from parsl_malleable.replay.policies import make_policy
     from parsl_malleable.replay.workload import ReplayJob
 
-    busy: dict[str, list[tuple[float, float]]] = {n: [] for n in NAMES}
+    busy: dict[str, list[tuple[float, float]]] = {n: [] for n in names}
     for j in natives:
         for node in run.native_nodes[j.index]:
             start = run.native_starts[j.index]
             busy[node].append((start, start + j.run_s))
     node, lo, hi = [], [], []
-    for k, name in enumerate(NAMES):
+    for k, name in enumerate(names):
         t = run.t0
         for start, end in sorted(busy[name]):
             if start > t:
@@ -301,7 +367,7 @@ def replayed_samples(run: LiveRun, natives: list[Native], calibration: Path | No
         lo.append(t)
         hi.append(run.t1)
     timeline = IdleTimeline.build(
-        tuple(NAMES), np.array(node), np.array(lo), np.array(hi), "live stream", run.t0, run.t1
+        tuple(names), np.array(node), np.array(lo), np.array(hi), "live stream", run.t0, run.t1
     )
     jobs = []
     for name, (_, max_nodes) in JOBS.items():
@@ -328,12 +394,19 @@ def replayed_samples(run: LiveRun, natives: list[Native], calibration: Path | No
     return sum(j.trained for j in result.jobs)
 
 
-def report(runs: list[LiveRun], natives: list[Native], calibration: Path | None) -> None:
+def report(
+    runs: list[LiveRun], natives: list[Native], calibration: Path | None, site: Site | None = None
+) -> None:
+    site = site or SlurmSite()
+    measured = runs
     if runs[0].mode != "baseline":  # --no-baselines: every native's delay reads as 0
         runs = [dataclasses.replace(runs[0], mode="baseline"), *runs, runs[0]]
     base, *rest = runs
     noise = max(abs(rest[-1].waits[j.index] - base.waits[j.index]) for j in natives)
-    print(f"\nnative jobs: {len(natives)}; Slurm's own noise (baseline vs baseline): {noise:.2f} s")
+    print(
+        f"\nnative jobs: {len(natives)}; {site.name}'s own noise (baseline vs baseline): "
+        f"{noise:.2f} s"
+    )
     head = (
         f"{'run':<9} {'mean delay':>10} {'max delay':>9} {'> noise':>7} {'idle node-s':>11} "
         f"{'harvested':>9} {'training':>8} {'of harvest':>10} {'samples':>9} {'replayed':>9} "
@@ -348,7 +421,7 @@ def report(runs: list[LiveRun], natives: list[Native], calibration: Path | None)
             print(row + f"{'-':>7} {run.idle_node_s:>11.0f}")
             continue
         samples = sum(run.samples.values())
-        replayed = replayed_samples(run, natives, calibration)
+        replayed = replayed_samples(run, natives, calibration, site.nodes)
         print(
             row + f"{over:>7d} {run.idle_node_s:>11.0f} "
             f"{run.harvested_node_s / run.idle_node_s:>9.0%} "
@@ -364,14 +437,54 @@ def report(runs: list[LiveRun], natives: list[Native], calibration: Path | None)
                 for n, r in run.rates.items()
             )
         )
+    if site.reports_leftovers:
+        report_campaign(measured, natives, base)
+
+
+def report_campaign(runs: list[LiveRun], natives: list[Native], base: LiveRun) -> None:
+    """Natives done, the campaign's jobs done, blocks left, waits for blocks (printed for PBS);
+    delays against ``base``."""
+    for run in runs:
+        line = f"{run.mode}: natives done {run.natives_done} of {len(natives)}"
+        if run.mode != "baseline":
+            done = ", ".join(f"{n} at +{t:.0f} s" for n, t in run.jobs_done.items()) or "none"
+            line += (
+                f"; training jobs done {len(run.jobs_done)} of {len(JOBS)} ({done}; the last "
+                f"native ended at +{run.t1 - run.t0:.0f} s)"
+            )
+            if run.jobs_failed:
+                line += f"; failed: {run.jobs_failed}"
+            left = ", ".join(run.blocks_left) if run.blocks_left else "none"
+            gone = f"{run.gone_after_s:.1f}" if run.gone_after_s is not None else "?"
+            line += f"; block jobs left unfinished after close: {left} (all gone {gone} s after)"
+        print(line)
+        if run.block_waits is not None:
+            waits = run.block_waits
+            waits.delays = [run.waits[i] - base.waits[i] for i in waits.jobs]
+            print(describe_waits(run.mode, waits, len(natives)))
+    print(f"block jobs of ours left behind: {sum(len(r.blocks_left) for r in runs)}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scheduler", choices=sorted(SITES), default="slurm")
     parser.add_argument("--jobs", type=int, default=26)
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--modes", default="preempt,poll")
+    parser.add_argument("--modes", default=None, help="default: preempt,poll on slurm, poll on pbs")
     parser.add_argument("--step-s", type=float, default=0.05)
+    parser.add_argument(
+        "--epochs",
+        type=int,
+        default=None,
+        help="epochs of each training job (0: until the driver closes; default 0 on slurm, "
+        "30 on pbs)",
+    )
+    parser.add_argument(
+        "--finish-s",
+        type=float,
+        default=120.0,
+        help="with --epochs: seconds the jobs get after the last native ends",
+    )
     parser.add_argument("--calibration", type=Path, help="the replay's calibration file")
     parser.add_argument(
         "--no-baselines",
@@ -380,21 +493,32 @@ def main() -> None:
     )
     parser.add_argument("--out", type=Path, help="write every run as JSON")
     args = parser.parse_args()
+    site = SITES[args.scheduler]()
+    if why := site.missing():
+        sys.exit(why)
+    epochs = DEFAULT_EPOCHS[args.scheduler] if args.epochs is None else args.epochs
     natives = stream(args.jobs, args.seed)
     os.chdir(REPO)
     runs = []
     with tempfile.TemporaryDirectory(prefix="bench-live-training-") as tmp:
-        modes = args.modes.split(",")
+        modes = (args.modes or DEFAULT_MODES[args.scheduler]).split(",")
+        for mode in modes:
+            if mode not in MODES_OF[args.scheduler]:
+                sys.exit(f"unknown mode {mode!r}; one of {', '.join(MODES_OF[args.scheduler])}")
         for mode in modes if args.no_baselines else ["baseline", *modes, "baseline"]:
             began = time.monotonic()
             if mode == "baseline":
-                runs.append(baseline(natives, Path(tmp)))
+                runs.append(baseline(natives, Path(tmp), site))
             else:
-                runs.append(harvest(mode, natives, Path(tmp), args.step_s))
+                runs.append(
+                    harvest(mode, natives, Path(tmp), args.step_s, site, epochs, args.finish_s)
+                )
             print(f"# {mode}: {time.monotonic() - began:.0f} s", flush=True)
             if args.out:
                 args.out.write_text(json.dumps([vars(r) for r in runs], default=str))
-    report(runs, natives, args.calibration)
+    report(runs, natives, args.calibration, site)
+    if any(r.blocks_left for r in runs):
+        sys.exit("block jobs of ours were left behind after close (cancelled since)")
 
 
 if __name__ == "__main__":
