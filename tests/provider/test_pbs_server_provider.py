@@ -168,8 +168,9 @@ def test_a_native_makes_a_block_yield_its_rank_leaves_at_a_commit_and_the_native
     assert record.end_state is P.TIMEOUT  # how Parsl is told: the block's time is up
     assert (Path(provider.script_dir) / f"usr1-{record.job_id}").exists()  # the trap ran
     attrs = pbs.jobs(history=True)[record.job_id]
-    # The notice (URG) never ended the job (USR1 did: 266). Its workers, drained, exit by
-    # themselves (0), or the qdel after the grace ends the login shell (256 + 15).
+    # The notice (URG) never ended the job (USR1 did: 266). Blocks run as root on this server
+    # and its MoM ignores root's processes, so the notice can end the job in PBS's books at
+    # once (0, docs/schedulers.md); else the qdel after the grace ends the login shell (271).
     ends = {0: "COMPLETED", 271: "CANCELLED"}
     assert attrs["Exit_status"] in ends, attrs
     said = ends[attrs["Exit_status"]]
