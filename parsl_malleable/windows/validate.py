@@ -10,7 +10,9 @@ Situations that a live scheduler really shows are resolved and listed in
 - down, drained and reserved nodes are neither holes nor usable by the plan;
 - an allocated node that no listed job holds never frees (it belongs to something unseen);
 - a pending job larger than the usable nodes of its partition is skipped: it cannot start
-  (Slurm leaves it pending with reason PartitionNodeLimit) and must not block the queue.
+  (Slurm leaves it pending with reason PartitionNodeLimit) and must not block the queue;
+- so is a pending job that asks for more nodes than its ``allowed_nodes`` hold usable ones
+  (its queue's vnodes are down, or too few satisfy its ``select``).
 """
 
 from __future__ import annotations
@@ -118,7 +120,9 @@ def check_snapshot(snapshot: Snapshot) -> CheckedSnapshot:
         usable = [n for n in usable if n not in orphan_set]
     idle = [n.name for n in snapshot.nodes if n.state is NodeState.IDLE]
 
-    partition_size = _partition_sizes(snapshot, set(usable))
+    usable_set = set(usable)
+    partition_size = _partition_sizes(snapshot, usable_set)
+    allowed_size: dict[frozenset[str], int] = {}  # a queue's jobs share one set: count it once
     pending: list[PendingJob] = []
     pending_limits: list[float] = []
     skipped: list[tuple[str, str]] = []
@@ -133,6 +137,16 @@ def check_snapshot(snapshot: Snapshot) -> CheckedSnapshot:
             skipped.append((queued.job_id, reason))
             notes.append(f"job {queued.job_id}: {reason}; skipped")
             continue
+        if queued.allowed_nodes is not None:
+            names = queued.allowed_nodes
+            if names not in allowed_size:
+                allowed_size[names] = len(usable_set.intersection(names))
+            allowed = allowed_size[names]
+            if queued.num_nodes > allowed:
+                reason = f"asks {queued.num_nodes} nodes, {allowed} of its allowed nodes are usable"
+                skipped.append((queued.job_id, reason))
+                notes.append(f"job {queued.job_id}: {reason}; skipped")
+                continue
         pending.append(queued)
         pending_limits.append(limit)
 
