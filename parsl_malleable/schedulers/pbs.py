@@ -16,7 +16,7 @@ import dataclasses
 import math
 import re
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, ClassVar
 
 from parsl_malleable.schedulers.base import Script, SiteDestination
@@ -34,7 +34,6 @@ from parsl_malleable.schedulers.pbs_parse import (
     parse_qsub,
     queue_signature_of_qstat,
     serve_queues,
-    vnode_takes_chunk,
 )
 from parsl_malleable.schedulers.records import (
     JobState,
@@ -85,7 +84,6 @@ def build_pbs_snapshot(
     backfill: str = "easy",
     default_time_limit: float | None = None,
     default_partition: str | None = None,
-    vnodes: Mapping[str, PBSVnode] | None = None,
 ) -> Snapshot:
     """Assemble a :class:`Snapshot` from parsed PBS output (pure).
 
@@ -97,8 +95,7 @@ def build_pbs_snapshot(
     two queries) is allocated. Pending: Q, W and T (held jobs are left out: they never start
     on their own). PBS does not print its sort order, so pending jobs are ordered by the
     scheduler's own calendar (``estimated.start_time``, set for the jobs it plans) and then
-    by queue time and id. Each pending job names the vnodes it may run on
-    (:func:`allowed_vnodes`; ``vnodes``: their resources, by name, for its ``select``).
+    by queue time and id.
     """
     jobs = list(jobs)
     known = {n.name for n in nodes}
@@ -166,27 +163,6 @@ def build_pbs_snapshot(
         default_time_limit=default_time_limit,
         default_partition=default_partition,
     )
-
-
-def allowed_vnodes(
-    job: PBSJob, nodes: Sequence[Node], vnodes: Mapping[str, PBSVnode]
-) -> frozenset[str] | None:
-    """The vnodes a queued job may run on: those that serve its queue (``Node.partitions``,
-    when that queue is known there at all) and have what one of its kinds of chunk asks
-    (``vnodes``: the vnodes' resources, by name). None: any vnode. PBS's ``place`` (pack,
-    group=) is not modelled: whole-vnode plans already give each chunk its own vnode."""
-    queue_known = any(job.queue in n.partitions for n in nodes)
-    allowed = frozenset(
-        n.name
-        for n in nodes
-        if (not queue_known or job.queue in n.partitions)
-        and (
-            not job.chunks
-            or n.name not in vnodes
-            or any(vnode_takes_chunk(vnodes[n.name], c) for c in job.chunks)
-        )
-    )
-    return None if len(allowed) == len(nodes) else allowed
 
 
 def _one_holder_per_vnode(jobs: list[RunningJob]) -> list[RunningJob]:
@@ -357,7 +333,6 @@ class PBSScheduler(CommandScheduler):
             backfill=self.backfill,
             default_time_limit=self.default_time_limit,
             default_partition=self.server.default_queue,
-            vnodes={v.name: v for v in nodes},
         )
 
     def submit_argv(

@@ -85,25 +85,6 @@ def chunks_node_count(select: Any, field: str) -> int:
     return total
 
 
-def select_chunks(select: Any) -> tuple[dict[str, str], ...]:
-    """The resources each kind of chunk of a select statement asks of its vnode
-    (``2:ncpus=4+1:ngpus=1`` -> ``({"ncpus": "4"}, {"ngpus": "1"})``); counts dropped."""
-    out = []
-    for chunk in str(select).split("+"):
-        asks = {}
-        for part in chunk.split(":"):
-            name, sep, value = part.partition("=")
-            if sep:
-                asks[name.strip()] = value.strip()
-        out.append(asks)
-    return tuple(out)
-
-
-def vnode_takes_chunk(vnode: PBSVnode, chunk: Mapping[str, str]) -> bool:
-    """Whether ``vnode`` has, in all, what ``chunk`` asks (free or not: a plan's question)."""
-    return all(resource_satisfies(vnode.resources.get(k), want) for k, want in chunk.items())
-
-
 def vnodes_of(exec_vnode: str) -> tuple[str, ...]:
     """Node names, in order, in an exec_vnode (``(n1:ncpus=2)+(n2:ncpus=2)``) or exec_host.
 
@@ -514,9 +495,6 @@ class PBSJob:
     substate: int | None = None
     array_parent: bool = False
     array_id: str = ""
-    # What each kind of chunk asks of a vnode (``schedselect``: the select with the queue's
-    # and server's defaults filled in, else ``Resource_List.select``); () when neither.
-    chunks: tuple[dict[str, str], ...] = ()
 
     @property
     def starting(self) -> bool:
@@ -605,15 +583,7 @@ def _parse_job(job_id: str, attrs: Any) -> PBSJob:
         substate=substate,
         array_parent=array_parent,
         array_id=str(attrs.get("array_id", "") or "") or _array_of(job_id),
-        chunks=_chunks_of(attrs, resources),
     )
-
-
-def _chunks_of(
-    attrs: Mapping[str, Any], resources: Mapping[str, Any]
-) -> tuple[dict[str, str], ...]:
-    select = attrs.get("schedselect", resources.get("select"))
-    return select_chunks(select) if select is not None else ()
 
 
 # qstat's text form cuts a name to 16 characters, the last one then a ``*``.
