@@ -56,6 +56,7 @@ from parsl_malleable.harvest.sites import (
 )
 from parsl_malleable.harvest.states import CancelReason
 from parsl_malleable.harvest.submission import provider_tag
+from parsl_malleable.harvest.teardown import TeardownEstimate
 from parsl_malleable.harvest.walltime import WalltimeStep
 from parsl_malleable.harvest.warmup import load_planner
 from parsl_malleable.harvest.yield_step import YieldStep
@@ -140,6 +141,7 @@ class BackfillProvider(Launching, YieldStep, WalltimeStep, ExecutionProvider, Re
         self._tag = provider_tag(self._label)
         self._job_seq = itertools.count()
         self.faults: Counter[str] = Counter()
+        self.teardown = TeardownEstimate(self.profile.teardown_s)
         self._submit_failures = 0  # in a row
         self._failures = 0
         self._gave_up = ""

@@ -194,6 +194,8 @@ class BookKeeping(Cancelling):
             now=now,
             seen_running=rec.start is not None,
         )
+        if rec.cancel_sent_at is not None and rec.start is not None and end_limit is not None:
+            self.teardown.add(rec.cancel_sent_at, end_limit)
         rec.phase = Phase.ENDED
         rec.end_state = parsl_state
         rec.message = f"job {rec.job_id}: {why} ({state.value})"

@@ -23,6 +23,7 @@ from typing import Any
 from parsl_malleable.harvest.demand import DemandFn
 from parsl_malleable.harvest.ledger import BlockInfo, JobRecord, Slot
 from parsl_malleable.harvest.site_profile import SiteProfile
+from parsl_malleable.harvest.teardown import TeardownEstimate
 from parsl_malleable.schedulers.base import BlockScheduler
 from parsl_malleable.windows.predict import WindowPredictor
 
@@ -47,6 +48,7 @@ class ProviderState:
     script_dir: str | None
     resources: dict[object, Any]
     faults: Counter[str]
+    teardown: TeardownEstimate
     polls: int
     last_error: str
     _lock: threading.RLock

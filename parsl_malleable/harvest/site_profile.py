@@ -80,6 +80,15 @@ class SiteProfile(BaseModel):
     yield_grace_s: float = Field(
         5.0, ge=0, description="drain time before a yielding block is cancelled"
     )
+    teardown_s: float = Field(
+        1.0,
+        ge=0,
+        description=(
+            "a cancelled block's cancel -> its end in the scheduler's books, assumed until the "
+            "provider has measured it (the recent worst of its own cancels is then used); a "
+            "yield begins this much earlier (harvest/teardown.py)"
+        ),
+    )
     walltime_margin_s: float | None = Field(
         None,
         ge=0,
@@ -144,9 +153,10 @@ class SiteProfile(BaseModel):
         None,
         gt=0,
         description=(
-            "Slurm, either mode: between polls, one squeue this often; a native arrival or end "
-            "seen there starts a poll at once, so a freed node is filled within about this "
-            "long (None: only the polls)"
+            "Slurm (either mode) and PBS: between polls, one squeue (plain qstat -t) this "
+            "often; a native arrival or end seen there starts a poll at once, so a freed node "
+            "is filled, and a block in a native's way told to go, within about this long "
+            "(None: only the polls)"
         ),
     )
     heartbeat_timeout_s: float = Field(

@@ -14,6 +14,7 @@ from parsl_malleable.harvest.cancelling import Cancelling
 from parsl_malleable.harvest.ledger import BlockInfo, Phase, PollReport
 from parsl_malleable.harvest.provider_state import logger
 from parsl_malleable.harvest.states import CancelReason
+from parsl_malleable.harvest.walltime import walltime_margin
 from parsl_malleable.harvest.yielding import (
     DEFAULT_TOLERANCE_S,
     blocks_in_the_way,
@@ -55,7 +56,14 @@ class YieldStep(Cancelling):
             if preempting
             else math.inf
         )
-        for job_id, when in blocks_in_the_way(snap, deadlines).items():
+        # A yield takes the next poll (this one's plan may come true before it), the grace
+        # and the teardown: a queued job planned on a block's nodes within that must not find
+        # the block still there, even one planned to end before it (its end can be late).
+        teardown = self.teardown.seconds
+        lead = self.profile.poll_interval_s + self.profile.yield_grace_s + teardown
+        overrun = walltime_margin(self.profile) + teardown
+        in_the_way = blocks_in_the_way(snap, deadlines, lead_s=lead, overrun_s=overrun)
+        for job_id, when in in_the_way.items():
             if job_id in reasons or when > soon:
                 continue
             rec = live[job_id]
@@ -65,11 +73,19 @@ class YieldStep(Cancelling):
                     f"reservation {res.name} takes its nodes at {res.start:.0f}, "
                     f"before its end at {deadlines[job_id]:.0f}"
                 )
-            elif not preempting:
+            elif not preempting and when < deadlines[job_id] - DEFAULT_TOLERANCE_S:
                 reasons[job_id] = (
                     f"a queued job could use its nodes at {when:.0f}, "
                     f"before its end at {deadlines[job_id]:.0f}"
                 )
+            elif not preempting:
+                reasons[job_id] = (
+                    f"a queued job is planned on its nodes at {when:.0f}, {when - snap.now:.0f} s "
+                    f"away: a yield takes {lead:.0f} s (poll, grace, teardown {teardown:.1f} s), "
+                    f"and its own end at {deadlines[job_id]:.0f} may come up to "
+                    f"{overrun:.0f} s late"
+                )
+                self.faults["yields_ahead"] += 1
         if not reasons:
             return
         now = self.clock()

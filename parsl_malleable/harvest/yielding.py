@@ -6,6 +6,12 @@ planner places jobs on the lowest free node ids). If that plan starts a native j
 of one of our blocks before the block's deadline, the block delays that job: it has to go. This
 is exactly the case "a running job ended early, so the pending job could start earlier", and it
 also covers a newly queued job that could start at once on our nodes.
+
+A block planned to end just before a queued job takes its nodes is in that job's way too when
+its end is not sure to come first: the scheduler's own walltime check can be late (the
+provider's walltime step ends it ``walltime_margin`` after its deadline) and the cancel then
+takes the teardown. Such a block yields ahead of the planned start by what a yield takes (the
+next poll, the grace, the teardown), so the queued job finds its nodes free on time.
 """
 
 from __future__ import annotations
@@ -72,15 +78,24 @@ def blocks_in_the_way(
     deadlines: Mapping[str, float],
     *,
     tolerance_s: float = DEFAULT_TOLERANCE_S,
+    lead_s: float = 0.0,
+    overrun_s: float = 0.0,
 ) -> dict[str, float]:
     """Our running jobs (of ``deadlines``: job id -> walltime end) that delay a queued native
-    job, with the time that job could use their nodes."""
+    job, with the time that job could use their nodes: a use before the deadline, or one
+    before the block surely leaves on its own (its deadline + ``overrun_s``) that is due
+    within ``lead_s`` (a yield begun any later would leave the nodes late)."""
     if not deadlines:
         return {}
     first = first_native_use(snapshot, deadlines)
-    return {
-        job_id: when for job_id, when in first.items() if when < deadlines[job_id] - tolerance_s
-    }
+    out: dict[str, float] = {}
+    for job_id, when in first.items():
+        end = deadlines[job_id]
+        before_end = when < end - tolerance_s
+        too_close = when < end + overrun_s and when <= snapshot.now + lead_s
+        if before_end or too_close:
+            out[job_id] = when
+    return out
 
 
 # An administrator took the node out of service: the block leaves at once, whatever the queue.

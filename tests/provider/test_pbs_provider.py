@@ -198,6 +198,9 @@ def test_a_pbs_yield_warns_the_block_script_and_its_qdel_ends_it_cancelled(
     assert (job["job_state"], job["substate"], job["Exit_status"]) == ("F", 91, 271)
     scheduler = provider.scheduler
     assert scheduler.status([block.job_id])[block.job_id].state is JobState.CANCELLED
+    # The qdel's end, in whole seconds, taught the provider its teardown (and no other end).
+    assert provider.teardown.measured == 1
+    assert 0 < provider.teardown.seconds <= 1 + 5
 
 
 # What a qsub may print after it queued the job: a cut-off id ("1" for "101.fakepbs"),

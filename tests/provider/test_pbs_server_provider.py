@@ -175,4 +175,6 @@ def test_a_native_makes_a_block_yield_its_rank_leaves_at_a_commit_and_the_native
     assert attrs["Exit_status"] in ends, attrs
     said = ends[attrs["Exit_status"]]
     assert record.message == f"job {record.job_id}: yielded to a native job ({said})"
+    if said == "CANCELLED":  # the qdel ended it: PBS's obittime measured the teardown
+        assert provider.teardown.measured >= 1 and provider.teardown.seconds < 30
     assert wait_until(lambda: not ours_unfinished(pbs), 60), ours_unfinished(pbs)

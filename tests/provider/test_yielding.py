@@ -129,3 +129,21 @@ def test_the_queue_watch_sees_arrivals_and_ends_of_native_jobs_only() -> None:
     assert queue_signature_of(ended) != snapshot_signature(snap)
     started = "r1 R native-job\nq1 R big\n"
     assert queue_signature_of(started) != snapshot_signature(snap)
+
+
+def test_a_block_planned_to_end_just_before_a_queued_start_yields_ahead_of_it() -> None:
+    # r1's limit ends in 40 s; the 6-node job is planned then, on b1's nodes too. b1's
+    # deadline is 35 s away, 5 s before the planned start: fine if it ends on time, but its
+    # end may come up to 6 s late (walltime margin + teardown).
+    snap = machine(
+        [native("r1", ("n1", "n2", "n5", "n6"), 40), block("b1", ("n3", "n4"), 35)],
+        [queued("wide", 6, 600)],
+    )
+    deadlines = {"b1": NOW + 35}
+    assert blocks_in_the_way(snap, deadlines) == {}  # without a lead: its deadline comes first
+    # A yield takes 10 s here (poll, grace, teardown): 40 s away, not yet.
+    assert blocks_in_the_way(snap, deadlines, lead_s=10, overrun_s=6) == {}
+    # 45 s of lead: the next poll would be too late, so it goes now.
+    assert blocks_in_the_way(snap, deadlines, lead_s=45, overrun_s=6) == {"b1": NOW + 40}
+    # A block sure to be gone before the start (overrun 4 s: deadline + 4 < start) stays.
+    assert blocks_in_the_way(snap, deadlines, lead_s=45, overrun_s=4) == {}
