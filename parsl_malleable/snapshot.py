@@ -54,13 +54,14 @@ class PendingJob:
     """A queued job. The order of ``Snapshot.pending`` is the scheduler's priority order.
 
     ``allowed_nodes``: the names of the nodes the job may ever run on; None (the default): any
-    node. No scheduler adapter fills it yet: PBS is to, from the job's queue (the vnodes that
-    queue may use) and its ``select`` (the vnodes whose resources satisfy a chunk), once the
-    masked kernel is warmed up before the first poll; Slurm from the job's partition. The
-    window planner places the job only on these nodes: it never plans
-    the job on a node the job cannot use, and so sees which nodes the job waits for. Names that
-    are not usable nodes of the snapshot are ignored; a job with fewer usable allowed nodes than
-    it asks for is skipped as one that can never start.
+    node. The PBS adapter fills it (``schedulers/pbs.py``, ``AllowedVnodes``): the vnodes its
+    queue may use that take one of its ``select`` chunks, None when that is every vnode. The
+    Slurm adapter does not fill it yet (a Slurm job is planned on any node, whatever its
+    partition), nor do the emulated site and the simulator replay. The window planner places
+    the job only on these nodes: it never plans the job on a node the job cannot use, and so
+    sees which nodes the job waits for. Names that are not usable nodes of the snapshot are
+    ignored; a job with fewer usable allowed nodes than it asks for is skipped as one that can
+    never start.
     """
 
     job_id: str

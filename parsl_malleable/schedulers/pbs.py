@@ -16,12 +16,13 @@ import dataclasses
 import math
 import re
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, ClassVar
 
 from parsl_malleable.schedulers.base import Script, SiteDestination
 from parsl_malleable.schedulers.command_scheduler import CommandScheduler, current_user
 from parsl_malleable.schedulers.pbs_parse import (
+    Chunk,
     PBSJob,
     PBSQueue,
     PBSServer,
@@ -34,6 +35,7 @@ from parsl_malleable.schedulers.pbs_parse import (
     parse_qsub,
     queue_signature_of_qstat,
     serve_queues,
+    vnode_takes_chunk,
 )
 from parsl_malleable.schedulers.records import (
     JobState,
@@ -84,6 +86,7 @@ def build_pbs_snapshot(
     backfill: str = "easy",
     default_time_limit: float | None = None,
     default_partition: str | None = None,
+    vnodes: Mapping[str, PBSVnode] | None = None,
 ) -> Snapshot:
     """Assemble a :class:`Snapshot` from parsed PBS output (pure).
 
@@ -95,13 +98,18 @@ def build_pbs_snapshot(
     two queries) is allocated. Pending: Q, W and T (held jobs are left out: they never start
     on their own). PBS does not print its sort order, so pending jobs are ordered by the
     scheduler's own calendar (``estimated.start_time``, set for the jobs it plans) and then
-    by queue time and id.
+    by queue time and id. Each pending job carries the vnodes it may run on
+    (:class:`AllowedVnodes`; ``vnodes``: the parsed vnodes by name, whose binding and
+    resources that needs; without them only ``Node.partitions`` restricts a job), None when
+    that is every vnode; a queued subjob that prints no select takes its array's.
     """
     jobs = list(jobs)
     known = {n.name for n in nodes}
     with_subjobs = {j.array_id for j in jobs if j.array_id}
     # The scheduler's calendar plans an array's next subjob on the array itself.
     array_start = {j.job_id: j.expected_start for j in jobs if j.array_parent}
+    array_chunks = {j.job_id: j.chunks for j in jobs if j.array_parent}
+    allowed = AllowedVnodes(nodes, vnodes)
     holding: list[RunningJob] = []
     pending: list[PendingJob] = []
     for job in jobs:
@@ -124,6 +132,7 @@ def build_pbs_snapshot(
             if expected is None and job.array_id:
                 # No subjob starts before the array's next one: each keeps its array's place.
                 expected = array_start.get(job.array_id)
+            chunks = job.chunks or array_chunks.get(job.array_id, ())
             pending.append(
                 PendingJob(
                     job_id=job.job_id,
@@ -135,6 +144,7 @@ def build_pbs_snapshot(
                     expected_start=expected,
                     ours=ours,
                     name=job.name,
+                    allowed_nodes=allowed(job.queue, chunks),
                 )
             )
     running = _one_holder_per_vnode(holding)
@@ -163,6 +173,121 @@ def build_pbs_snapshot(
         default_time_limit=default_time_limit,
         default_partition=default_partition,
     )
+
+
+# Chunk resources that ask nothing of a vnode: how many MPI ranks and threads to start.
+CHUNK_ONLY = frozenset({"mpiprocs", "ompthreads"})
+
+
+class AllowedVnodes:
+    """The vnodes (of ``nodes``, the snapshot's) a queued job may ever run on, by its queue
+    and its chunks; None when that is all of them, so that a snapshot where every job may use
+    every vnode keeps the planner's plain kernel. Answers are memoised per queue, per chunk and
+    per (queue, chunks), and equal sets are one object, however many jobs share it (the
+    planner maps each distinct set to node ids once).
+
+    - Queue: the vnodes whose ``Node.partitions`` list it (:func:`serve_queues`: a vnode
+      bound to a queue serves that queue only, a queue with bound vnodes runs only there,
+      plus the PBS ``partition`` and ``default_chunk`` rules). A queue that no vnode lists
+      (one the queue list did not name) gets PBS's binding rule from ``vnodes``: the vnodes
+      bound to it, else the unbound ones; without ``vnodes``, any vnode.
+    - Chunks: a vnode qualifies when its ``resources_available`` hold what at least one
+      kind of the job's chunks asks (:func:`vnode_takes_chunk`: numbers and sizes at least as
+      large, strings equal). A resource that no vnode defines is not matched (the scheduler
+      does not schedule on it), nor are ``mpiprocs`` and ``ompthreads``. A job no vnode of its
+      queue can take by this reading is given its queue's vnodes instead: the reading may miss
+      a resource that a hook or the host's natural vnode provides, and a job planned on nodes
+      it might use errs towards harvesting less.
+
+    Approximated (the plan counts whole vnodes, one per chunk, as ``nodect`` does): a job with
+    several kinds of chunk may use any vnode that takes one of them, not so many of each kind;
+    ``place=pack``/``free``/``shared`` may put several chunks on one vnode (planned as
+    several vnodes: the job looks larger); ``place=excl``/``scatter`` are what the plan
+    assumes. Resources are compared with what a vnode has in all, not with what is free now.
+    """
+
+    def __init__(self, nodes: Sequence[Node], vnodes: Mapping[str, PBSVnode] | None) -> None:
+        self.nodes = list(nodes)
+        self.vnodes = vnodes
+        self.everything = frozenset(n.name for n in self.nodes)
+        self.defined = {r for v in (vnodes or {}).values() for r in v.resources} - CHUNK_ONLY
+        self._queues: dict[str, frozenset[str] | None] = {}
+        self._chunks: dict[Chunk, frozenset[str] | None] = {}
+        self._jobs: dict[tuple[str, tuple[Chunk, ...]], frozenset[str] | None] = {}
+        self._sets: dict[frozenset[str], frozenset[str]] = {}
+
+    def __call__(self, queue: str, chunks: tuple[Chunk, ...]) -> frozenset[str] | None:
+        """The vnodes a job of ``queue`` asking ``chunks`` may use; None: all of them."""
+        key = (queue, chunks)
+        if key not in self._jobs:
+            allowed = self._allowed(queue, chunks)
+            self._jobs[key] = None if allowed is None else self._sets.setdefault(allowed, allowed)
+        return self._jobs[key]
+
+    def _allowed(self, queue: str, chunks: tuple[Chunk, ...]) -> frozenset[str] | None:
+        served = self.queue_vnodes(queue)
+        takers: frozenset[str] | None = frozenset() if chunks else None
+        for chunk in chunks:
+            taking = self.chunk_vnodes(chunk)
+            if taking is None:  # a kind of chunk any vnode takes
+                takers = None
+                break
+            takers = (takers or frozenset()) | taking
+        allowed = served
+        if takers is not None:
+            both = takers if served is None else takers & served
+            # Nothing of its queue takes it by our reading: plan it on its queue's vnodes.
+            allowed = both if both else served
+        if allowed is None or allowed >= self.everything:
+            return None
+        return allowed
+
+    def queue_vnodes(self, queue: str) -> frozenset[str] | None:
+        """The vnodes whose queues include ``queue``; None: any vnode."""
+        if queue not in self._queues:
+            listed = frozenset(n.name for n in self.nodes if queue in n.partitions)
+            if not listed and self.vnodes is not None:
+                bound = {v.queue for v in self.vnodes.values()}
+                want = queue if queue in bound else None
+                vnodes = self.vnodes
+                listed = frozenset(
+                    n.name for n in self.nodes if n.name in vnodes and vnodes[n.name].queue == want
+                )
+            self._queues[queue] = listed or None
+        return self._queues[queue]
+
+    def chunk_vnodes(self, chunk: Chunk) -> frozenset[str] | None:
+        """The vnodes that can take one ``chunk``; None: any vnode."""
+        if chunk not in self._chunks:
+            asks = tuple((r, want) for r, want in chunk if r in self.defined)
+            if not asks or self.vnodes is None:
+                self._chunks[chunk] = None
+            else:
+                self._chunks[chunk] = self._takers(asks)
+        return self._chunks[chunk]
+
+    def _takers(self, asks: Chunk) -> frozenset[str]:
+        vnodes = self.vnodes or {}
+        # vnodes alike in what the chunk asks about are decided once
+        seen: dict[tuple[Any, ...], bool] = {}
+        names = []
+        for node in self.nodes:
+            vnode = vnodes.get(node.name)
+            if vnode is None:
+                names.append(node.name)  # not parsed: nothing known to rule it out
+                continue
+            have = tuple(_hashable(vnode.resources.get(r)) for r, _ in asks)
+            if have not in seen:
+                seen[have] = vnode_takes_chunk(vnode.resources, asks)
+            if seen[have]:
+                names.append(node.name)
+        return frozenset(names)
+
+
+def _hashable(value: Any) -> tuple[str, Any]:
+    # typed, so that True and 1 (equal as keys) stay apart
+    plain = isinstance(value, str | int | float | bool | None)
+    return type(value).__name__, value if plain else repr(value)
 
 
 def _one_holder_per_vnode(jobs: list[RunningJob]) -> list[RunningJob]:
@@ -333,6 +458,7 @@ class PBSScheduler(CommandScheduler):
             backfill=self.backfill,
             default_time_limit=self.default_time_limit,
             default_partition=self.server.default_queue,
+            vnodes={v.name: v for v in nodes},
         )
 
     def submit_argv(
@@ -431,4 +557,4 @@ class PBSScheduler(CommandScheduler):
         return ["qsig", "-s", self.BATCH_SIGNALS.get(signal, signal), *job_ids]
 
 
-__all__ = ["PBSScheduler", "build_pbs_snapshot", "format_walltime"]
+__all__ = ["AllowedVnodes", "PBSScheduler", "build_pbs_snapshot", "format_walltime"]

@@ -85,6 +85,42 @@ def chunks_node_count(select: Any, field: str) -> int:
     return total
 
 
+# One kind of chunk of a select statement: the (resource, value) pairs it asks of one vnode,
+# sorted by resource (hashable, so that jobs asking the same share one answer).
+Chunk = tuple[tuple[str, str], ...]
+_RESOURCE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
+
+
+def select_chunks(select: Any, field: str) -> tuple[Chunk, ...]:
+    """What each kind of chunk of a select statement asks of one vnode, counts dropped
+    (``2:ncpus=4+1:ngpus=1`` -> ``((("ncpus", "4"),), (("ngpus", "1"),))``); a chunk that
+    names no resource (``select=2``) asks nothing. Values are kept as text (PBS's JSON may
+    print a whole select as a number). A chunk without a resource, a part without ``=`` or a
+    name or value, or an empty chunk raises :class:`OutputParseError` naming ``field``."""
+    out: list[Chunk] = []
+    for chunk in str(select).split("+"):
+        parts = [p.strip() for p in chunk.split(":")]
+        if parts[0].isdigit():
+            parts = parts[1:]
+            if not parts:
+                out.append(())  # a count alone: that many chunks of the defaults
+                continue
+        asks: dict[str, str] = {}
+        for part in parts:
+            name, sep, value = (x.strip() for x in part.partition("="))
+            if not sep or not _RESOURCE_NAME.match(name) or not value:
+                raise OutputParseError(field, f"bad select statement {select!r}")
+            asks[name] = value
+        out.append(tuple(sorted(asks.items())))
+    return tuple(out)
+
+
+def vnode_takes_chunk(resources: Mapping[str, Any], chunk: Chunk) -> bool:
+    """Whether a vnode with these ``resources_available`` has, in all (free or not: a plan's
+    question), what ``chunk`` asks: every resource by :func:`resource_satisfies`."""
+    return all(resource_satisfies(resources.get(name), want) for name, want in chunk)
+
+
 def vnodes_of(exec_vnode: str) -> tuple[str, ...]:
     """Node names, in order, in an exec_vnode (``(n1:ncpus=2)+(n2:ncpus=2)``) or exec_host.
 
@@ -475,7 +511,10 @@ class PBSJob:
 
     ``start`` is None for a job in R whose ``stime`` PBS has not set yet (it just started).
     ``array_parent``: a job array (``27[]``), which never holds a node itself; its subjobs
-    (``qstat -t``) carry ``array_id``, the parent's id.
+    (``qstat -t``) carry ``array_id``, the parent's id. ``chunks``: for a queued job, what
+    each kind of its chunks asks of a vnode (:func:`select_chunks` of ``schedselect``, the
+    select with the queue's and server's ``default_chunk`` filled in, else of
+    ``Resource_List.select``); () for other jobs and when neither is printed.
     """
 
     job_id: str
@@ -495,6 +534,7 @@ class PBSJob:
     substate: int | None = None
     array_parent: bool = False
     array_id: str = ""
+    chunks: tuple[Chunk, ...] = ()
 
     @property
     def starting(self) -> bool:
@@ -583,7 +623,20 @@ def _parse_job(job_id: str, attrs: Any) -> PBSJob:
         substate=substate,
         array_parent=array_parent,
         array_id=str(attrs.get("array_id", "") or "") or _array_of(job_id),
+        chunks=_chunks_of(where, attrs, resources) if state is JobState.PENDING else (),
     )
+
+
+def _chunks_of(
+    where: str, attrs: Mapping[str, Any], resources: Mapping[str, Any]
+) -> tuple[Chunk, ...]:
+    """A queued job's chunks (only queued jobs are placed by them: a running job's select
+    is not read, so a status query never fails on it)."""
+    if attrs.get("schedselect") is not None:
+        return select_chunks(attrs["schedselect"], f"{where}: schedselect")
+    if resources.get("select") is not None:
+        return select_chunks(resources["select"], f"{where}: Resource_List.select")
+    return ()
 
 
 # qstat's text form cuts a name to 16 characters, the last one then a ``*``.
@@ -593,15 +646,19 @@ _HOLDING = frozenset("RBESU")
 
 
 def queue_signature_of_qstat(text: str, ours_prefix: str) -> frozenset[tuple[str, str]]:
-    """(id, PD|R) of every native job in plain ``qstat -t`` output (id, name, user, time,
-    state, queue), for the provider's watch between polls. A name qstat cut short is ours when
-    what is left of it begins ``ours_prefix``, or ``ours_prefix`` begins with it."""
+    """(sequence number, PD|R) of every native job in plain ``qstat -t`` output (id, name,
+    user, time, state, queue), for the provider's watch between polls. A name qstat cut short
+    is ours when what is left of it begins ``ours_prefix``, or ``ours_prefix`` begins with it."""
     out = set()
     for line in text.splitlines():
         words = line.split()
         if len(words) < 6 or words[0].startswith(("Job", "-")):
             continue
-        job_id, name, state = words[0], words[1], words[4]
+        # qstat cuts a long id as it cuts a name (``1234567.polaris-*``); the sequence number
+        # before the first dot is unique on a server, and the snapshot's ids are compared by it.
+        job_id, name, state = words[0].split(".", 1)[0], words[1], words[4]
+        if "[]" in job_id:
+            continue  # an array: -t lists its subjobs, which the snapshot counts instead
         cut = len(name) == _NAME_WIDTH and name.endswith("*")
         stem = name[:-1] if cut else name
         if ours_prefix and (stem.startswith(ours_prefix) or (cut and ours_prefix.startswith(stem))):

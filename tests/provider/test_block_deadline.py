@@ -239,15 +239,24 @@ def test_an_emulated_block_the_site_never_ends_is_cancelled_at_its_walltime_plus
 
 
 def test_blocks_that_end_before_or_at_their_deadline_are_never_cancelled_for_it(
-    emulated: Make,
+    emulated: Make, tmp_path: Path
 ) -> None:
     # Slot 0's worker is done in a second; slot 1's ignores every signal, and the site ends
     # it at its walltime (TERM, then KILL). The provider tracked both deadlines and cancelled
     # neither: the one that ended at its walltime was gone from the next snapshot, well
     # before its walltime end + margin.
     provider = emulated(slots=2)
-    provider.submit("sleep 1", 1, "parsl.htex.block-0")
+    # Slot 0's worker is done once the provider has seen its block running (a 1 s worker could
+    # end between two polls, unseen).
+    go = tmp_path / "go"
+    provider.submit(f"until [ -e {go} ]; do sleep 0.05; done", 1, "parsl.htex.block-0")
     provider.submit(STUBBORN, 1, "parsl.htex.block-1")
+
+    def seen_running() -> bool:
+        return any(r.block_id == "0" and r.seen_running_at for r in provider.history())
+
+    assert wait_for(seen_running, 40), provider.history()
+    go.touch()
     assert wait_for(lambda: len(_ended(provider)) == 2, 40), provider.history()
     records = {r.block_id: r for r in provider.history()}
     for record in records.values():

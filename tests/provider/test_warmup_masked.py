@@ -1,0 +1,61 @@
+"""Loading the planner before the first poll loads the masked kernel too (the one a snapshot
+runs once a queued job has ``allowed_nodes``), so its compile never falls inside a poll."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from parsl_malleable.harvest.warmup import tiny_machine
+
+# A fresh process: this one may have compiled the kernels already (another test).
+PROBE = """
+import json, tempfile
+from parsl_malleable.provider import BackfillProvider
+from parsl_malleable.sim.engine import run_schedule
+from parsl_malleable.sim.masked_engine import run_schedule_masked
+from parsl_malleable.harvest.warmup import planner_cached
+before = [len(run_schedule.signatures), len(run_schedule_masked.signatures)]
+provider = BackfillProvider("slurm-test", script_dir=tempfile.mkdtemp(), autostart=False)
+provider.load_planner()
+after = [len(run_schedule.signatures), len(run_schedule_masked.signatures)]
+print(json.dumps({"before": before, "after": after, "cached": planner_cached()}))
+"""
+
+
+def test_loading_the_planner_compiles_the_masked_kernel_too() -> None:
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE],
+        capture_output=True,
+        text=True,
+        timeout=300,  # a cold numba cache compiles both kernels (about a minute on 2 cores)
+    )
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["before"] == [0, 0]
+    assert got["after"][0] >= 1 and got["after"][1] >= 1
+    assert got["cached"] is True  # both kernels are in numba's cache now
+
+
+def test_the_restricted_tiny_machine_restricts_its_queued_job() -> None:
+    plain, masked = tiny_machine(), tiny_machine(restricted=True)
+    assert plain.pending[0].allowed_nodes is None
+    usable = {n.name for n in masked.nodes}
+    allowed = masked.pending[0].allowed_nodes
+    assert allowed is not None and allowed < usable  # a real restriction: the masked kernel
+
+
+def test_an_empty_numba_cache_reads_as_cold_for_the_planner(tmp_path: Path) -> None:
+    probe = "from parsl_malleable.harvest.warmup import planner_cached as c; print(c())"
+    out = subprocess.run(
+        [sys.executable, "-c", probe],
+        env={**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
