@@ -76,7 +76,12 @@ PROFILES: dict[str, tuple[str, dict[str, float | None]]] = {
     "preempt-watch": ("slurm-preempt", PAIRS),
 }
 # On the live PBS server: polling mode only (PBS here preempts nothing; the watch is Slurm's).
-PBS_PROFILES: dict[str, tuple[str, dict[str, float | None]]] = {"poll": ("pbs-test", {})}
+# pbs-test watches the queue between polls (plain qstat -t a second); poll-nowatch is the same
+# without the watch, to compare.
+PBS_PROFILES: dict[str, tuple[str, dict[str, float | None]]] = {
+    "poll": ("pbs-test", {}),
+    "poll-nowatch": ("pbs-test", {"watch_interval_s": None}),
+}
 # What a block runs on each node: a stand-in worker pool that records its life and, like
 # Parsl's, exits on SIGTERM.
 BLOCK_COMMAND = (
@@ -666,8 +671,36 @@ def report(results: list[RunResult], natives: list[Native], site: Site | None = 
         )
     if noise is not None:
         print(f"{site.name}'s own noise (baseline vs baseline): max |delay| {noise_max:.2f} s")
+        for res, delays in rows:
+            if res.mode != "baseline":
+                print(describe_by_queueing(res.mode, delays, base.waits, noise_max))
     if site.reports_leftovers:
         report_leftovers(results, natives)
+
+
+# A native that waited longer than this in the first baseline queued behind other natives: its
+# start was the scheduler's to plan (from the limits), which a block must never push back.
+QUEUED_S = 1.0
+
+
+def describe_by_queueing(
+    mode: str, delays: list[float], base_waits: list[float], noise_max: float
+) -> str:
+    """One line: the delays of natives that queued in the first baseline (their start was
+    planned: the top job of a saturated queue) and of those that started at once (they arrived
+    to a free node, which a block may hold until it is told to go)."""
+    parts = []
+    for label, keep in (("queued in the baseline", True), ("started at once there", False)):
+        mine = [d for d, w in zip(delays, base_waits, strict=True) if (w > QUEUED_S) == keep]
+        if mine:
+            over = sum(d > noise_max for d in mine)
+            parts.append(
+                f"{label}: {len(mine)}, delay mean {statistics.mean(mine):+.2f} s, "
+                f"max {max(mine):+.2f} s, {over} beyond the noise"
+            )
+        else:
+            parts.append(f"{label}: 0")
+    return f"{mode}: natives " + "; ".join(parts)
 
 
 def report_leftovers(results: list[RunResult], natives: list[Native]) -> None:

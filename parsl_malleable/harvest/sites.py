@@ -41,10 +41,16 @@ def make_scheduler(profile: SiteProfile, env: Mapping[str, str] | None = None) -
 
 def snapshot_signature(snapshot: Snapshot) -> frozenset[tuple[str, str]]:
     """The queue signature (:func:`queue_signature_of`) from a snapshot, to compare the
-    first watch after a poll with."""
-    running = {(j.job_id, "R") for j in snapshot.running if not j.ours}
-    pending = {(j.job_id, "PD") for j in snapshot.pending if not j.ours}
+    first watch after a poll with. Ids are cut at their first dot: a PBS id's sequence number
+    (``1234567.polaris-pbs-01...``), which plain qstat prints whole where it cuts the rest;
+    a Slurm id has no dot."""
+    running = {(_short(j.job_id), "R") for j in snapshot.running if not j.ours}
+    pending = {(_short(j.job_id), "PD") for j in snapshot.pending if not j.ours}
     return frozenset(running | pending)
+
+
+def _short(job_id: str) -> str:
+    return job_id.split(".", 1)[0]
 
 
 __all__ = [

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from parsl_malleable.harvest.sites import snapshot_signature
 from parsl_malleable.schedulers.pbs import PBSScheduler
 from parsl_malleable.schedulers.records import JobState
 from parsl_malleable.snapshot import NodeState
@@ -72,6 +73,14 @@ def test_running_and_queued_arrays_count_once_per_subjob(pbs: PBSServer) -> None
     assert pending == [queued.replace("[]", f"[{i}]") for i in (1, 2, 3)], pending
     assert all(p.num_nodes == 1 and p.partition == "workq" for p in snap.pending)
     assert all(p.user == "pbsnative" and not p.ours for p in snap.pending)
+    # The provider's watch between polls reads the same queue from plain qstat -t: equal, or it
+    # would take every second for a change and poll (arrays, cut names and ids included).
+    watch = scheduler(pbs).queue_signature()
+    assert watch == snapshot_signature(snap), (sorted(watch), sorted(snapshot_signature(snap)))
+    ended = subjobs[0]
+    pbs.run("qdel", "-W", "force", ended)
+    assert wait_until(lambda: scheduler(pbs).queue_signature() != watch, 30)
+    assert (ended.split(".")[0], "R") not in scheduler(pbs).queue_signature()
 
 
 def test_a_vnode_bound_to_another_queue_serves_only_that_queue(pbs: PBSServer) -> None:
