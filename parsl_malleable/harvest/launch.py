@@ -28,6 +28,7 @@ is left to cancel it (Parsl's interchange can outlive a killed driver and keep i
 from __future__ import annotations
 
 import shlex
+import sys
 from pathlib import Path
 
 SCRIPT = """#!/bin/bash
@@ -61,6 +62,15 @@ LAUNCHERS = {
 }
 
 
+def driver_interpreter_first() -> str:
+    """The shell line a block runs when the profile sets no ``worker_init``: the driver's own
+    interpreter's folder first on ``PATH``. Slurm gives a job the submitter's environment, but
+    PBS gives it a login one, where Parsl's ``process_worker_pool.py`` is then not found (exit
+    127, every block FAILED); on a site whose compute nodes see the driver's environment (a
+    shared filesystem) this is all a block needs."""
+    return f"export PATH={shlex.quote(str(Path(sys.executable).parent))}:$PATH"
+
+
 def write_block_files(
     directory: Path,
     *,
@@ -80,7 +90,7 @@ def write_block_files(
     ``self_signal_s``: the script sends itself USR1 that long before its walltime, for
     schedulers without a signal-before-the-end option (PBS); Slurm's ``--signal`` does it there.
     ``heartbeat_file``: the dead-man switch's file (None: no switch); the block ends when it is
-    older than ``heartbeat_timeout_s``.
+    older than ``heartbeat_timeout_s``. ``worker_init`` "" runs :func:`driver_interpreter_first`.
     """
     if launcher not in LAUNCHERS:
         raise ValueError(f"launcher {launcher!r} is not one of {', '.join(LAUNCHERS)}")
@@ -93,7 +103,7 @@ def write_block_files(
             block_id=block_id,
             slot_id=slot_id,
             block_id_q=shlex.quote(block_id),
-            worker_init=worker_init,
+            worker_init=worker_init or driver_interpreter_first(),
             walltime=int(walltime_s),
             signal_dir_q=shlex.quote(str(directory.resolve())),
             launch=LAUNCHERS[launcher],

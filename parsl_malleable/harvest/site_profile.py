@@ -173,7 +173,13 @@ class SiteProfile(BaseModel):
     )
     command_timeout_s: float = Field(30.0, gt=0)
     command_retries: int = Field(2, ge=0)
-    worker_init: str = Field("", description="shell lines run before the worker command")
+    worker_init: str = Field(
+        "",
+        description=(
+            "shell lines run before the worker command; empty: the driver's interpreter's "
+            "folder first on PATH (PBS starts a block in a login environment)"
+        ),
+    )
     address: str | None = Field(
         None, description="address of the driver's host that compute nodes reach (HTEX, ranks)"
     )

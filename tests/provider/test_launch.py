@@ -6,6 +6,7 @@ import contextlib
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -36,6 +37,21 @@ def test_script_exports_the_deadline_and_runs_the_command(tmp_path: Path) -> Non
     assert (block_id, walltime) == ("7", "120")
     assert before + 120 <= int(deadline) <= int(time.time()) + 120
     assert (tmp_path / "blocks" / "b.0.command").read_text().strip() == command
+
+
+def test_without_worker_init_a_login_path_still_finds_the_drivers_interpreter(
+    tmp_path: Path,
+) -> None:
+    # PBS starts a block in a login environment: the driver's interpreter folder (where
+    # Parsl's process_worker_pool.py is) is not on its PATH. The script puts it first.
+    out = tmp_path / "found"
+    command = f"command -v {Path(sys.executable).name} > {out}"
+    script = write_block_files(
+        tmp_path, slot_id="s", block_id="1", command=command, walltime_s=60, launcher="none"
+    )
+    login = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PBS_JOBID": "5.pbs"}
+    assert subprocess.run(["/bin/bash", str(script)], env=login).returncode == 0
+    assert Path(out.read_text().strip()).parent == Path(sys.executable).parent
 
 
 def test_usr1_marks_the_signal_file_and_the_workers_keep_running(tmp_path: Path) -> None:
