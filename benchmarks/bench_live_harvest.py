@@ -54,6 +54,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import hostlist
 
@@ -131,6 +132,7 @@ class RunResult:
     block_waits: BlockWaits | None = None
     polls: int = 0
     queries: int = 0
+    yields_ahead: int = 0  # yields for a planned start a block's own end could miss
 
 
 @dataclass
@@ -320,8 +322,11 @@ class PBSSite(Site):
     # Tests on the same server name their blocks pm-block-backfill-...: ours are told apart.
     label = "bench"
 
-    def __init__(self) -> None:
+    def __init__(self, exact_limits: bool = False) -> None:
         self._nodes: tuple[str, ...] | None = None
+        # Each native's walltime its run time + EXACT_SLACK_S (seconds), not whole minutes:
+        # the queue's next start is then what PBS and the planner plan, within that slack.
+        self.exact_limits = exact_limits
         # The driver's watchdog (a child process) cancels blocks with qdel if the driver
         # ends without releasing it: it must find PBS's commands too.
         os.environ["PATH"] = self.env()["PATH"]
@@ -390,10 +395,15 @@ class PBSSite(Site):
 
     def submit_native(self, job: Native, out: Path) -> str:
         script = f"date +%s.%N > {out}; sleep {job.run_s:.1f}"
+        limit = (
+            str(math.ceil(job.run_s) + EXACT_SLACK_S)
+            if self.exact_limits
+            else f"00:{job.limit_min:02d}:00"
+        )
         return self.run(
             "qsub", "-q", "workq", "-N", f"native-{job.index}",
             "-l", f"select={job.nodes}:ncpus=1", "-l", "place=scatter",
-            "-l", f"walltime=00:{job.limit_min:02d}:00", "-o", "/dev/null", "-e", "/dev/null",
+            "-l", f"walltime={limit}", "-o", "/dev/null", "-e", "/dev/null",
             "--", "/bin/sh", "-c", script, user=NATIVE_USER,
         ).strip()  # fmt: skip
 
@@ -438,6 +448,8 @@ def _exec_vnodes(text: str) -> list[str]:
 
 SITES: dict[str, Callable[[], Site]] = {"slurm": SlurmSite, "pbs": PBSSite}
 MODES_OF = {"slurm": PROFILES, "pbs": PBS_PROFILES}
+# --exact-limits: a native's walltime exceeds its run time by at most this (PBS takes seconds).
+EXACT_SLACK_S = 1
 DEFAULT_MODES = {"slurm": "poll,poll-watch,preempt", "pbs": "poll"}
 
 
@@ -531,8 +543,10 @@ def replay(
     work: Path,
     slots: int | None = None,
     site: Site | None = None,
+    extra: dict[str, Any] | None = None,
 ) -> RunResult:
-    """Replay the stream once, harvesting with ``mode``'s profile unless it is a baseline."""
+    """Replay the stream once, harvesting with ``mode``'s profile (and ``extra`` profile
+    settings) unless it is a baseline."""
     site = site or SlurmSite()
     if not wait_until(site.machine_idle, 120):
         raise RuntimeError("the cluster did not become idle; is another job running?")
@@ -549,7 +563,7 @@ def replay(
             script_dir=str(run_dir),
             env=site.provider_env(),
             slots=slots,
-            **overrides,
+            **{**overrides, **(extra or {})},
         )
         for i in range(provider.slots):
             provider.submit(site.block_command.format(dir=run_dir), 1, f"parsl.block-{i}")
@@ -615,6 +629,7 @@ def replay(
             result.block_waits = block_waits(history, natives, submitted, starts, nodes, grace)
             result.polls = provider.polls
             result.queries = sum(provider.scheduler.queries.values())
+            result.yields_ahead = provider.faults["yields_ahead"]
     return result
 
 
@@ -673,7 +688,8 @@ def report(results: list[RunResult], natives: list[Native], site: Site | None = 
         print(f"{site.name}'s own noise (baseline vs baseline): max |delay| {noise_max:.2f} s")
         for res, delays in rows:
             if res.mode != "baseline":
-                print(describe_by_queueing(res.mode, delays, base.waits, noise_max))
+                base_waits = [base.waits[j.index] for j in natives]
+                print(describe_by_queueing(res.mode, delays, base_waits, noise_max))
     if site.reports_leftovers:
         report_leftovers(results, natives)
 
@@ -716,6 +732,7 @@ def report_leftovers(results: list[RunResult], natives: list[Native]) -> None:
             )
         if res.polls:
             line += f"; {res.polls} polls, {res.queries / res.polls:.1f} queries a poll"
+            line += f"; yields ahead of a planned start: {res.yields_ahead}"
         print(line)
         if res.block_waits is not None:
             waits = res.block_waits
@@ -735,14 +752,30 @@ def main() -> None:
     )
     parser.add_argument("--out", help="also write every run's per-job waits to this JSON file")
     parser.add_argument(
+        "--exact-limits",
+        action="store_true",
+        help=f"PBS: each native's walltime its run time + {EXACT_SLACK_S} s (default: whole "
+        "minutes, 1-3), so the queue's starts are the ones the scheduler plans",
+    )
+    parser.add_argument(
+        "--min-block-s",
+        type=float,
+        default=None,
+        help="the profiles' min_block_s (shorter holes get blocks; with --exact-limits the "
+        "holes are as short as the natives)",
+    )
+    parser.add_argument(
         "--modes",
         default=None,
         help="harvesting modes to run (default: poll,poll-watch,preempt on slurm, poll on pbs)",
     )
     args = parser.parse_args()
-    site = SITES[args.scheduler]()
+    if args.exact_limits and args.scheduler != "pbs":
+        sys.exit("--exact-limits: PBS only (Slurm's time limits are whole minutes)")
+    site = PBSSite(exact_limits=True) if args.exact_limits else SITES[args.scheduler]()
     if why := site.missing():
         sys.exit(why)
+    extra = {} if args.min_block_s is None else {"min_block_s": args.min_block_s}
     natives = stream(args.jobs, args.seed)
     profiles = MODES_OF[args.scheduler]
     modes = [m for m in (args.modes or DEFAULT_MODES[args.scheduler]).split(",") if m]
@@ -754,7 +787,7 @@ def main() -> None:
         results = []
         for mode in ["baseline", *modes, "baseline"]:
             began = time.monotonic()
-            results.append(replay(mode, natives, Path(tmp), args.slots, site))
+            results.append(replay(mode, natives, Path(tmp), args.slots, site, extra))
             print(f"# {mode}: {time.monotonic() - began:.0f} s", flush=True)
         report(results, natives, site)
     if args.out:
