@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from rich.console import Console
 
 from parsl_malleable.harvest.warmup import (
@@ -19,9 +20,11 @@ from parsl_malleable.harvest.warmup import (
 )
 
 
-def test_an_empty_numba_cache_is_seen_as_cold(tmp_path: Path) -> None:
+@pytest.mark.parametrize("check", ["event_loop_cached", "planner_cached"])
+def test_an_empty_numba_cache_is_seen_as_cold(tmp_path: Path, check: str) -> None:
     # NUMBA_CACHE_DIR: an empty cache for this process only; the shared one stays as it is.
-    probe = "from parsl_malleable.harvest.warmup import event_loop_cached as c; print(c())"
+    # planner_cached adds the masked kernel to the plain one event_loop_cached reports.
+    probe = f"from parsl_malleable.harvest.warmup import {check} as c; print(c())"
     out = subprocess.run(
         [sys.executable, "-c", probe],
         env={**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)},
