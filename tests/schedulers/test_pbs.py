@@ -274,6 +274,27 @@ def test_adapter_through_stand_in_commands(fake_bin, tmp_path) -> None:
     assert later == ["pbsnodes -a -F json", "qstat -f -t -F json", "pbs_rstat -f"]
 
 
+def test_a_job_deleted_here_that_pbs_records_as_finished_reads_cancelled(
+    fake_bin, tmp_path
+) -> None:
+    # 202 ended with exit status 0 and substate 92 in the captured document: on the live
+    # server, a job deleted while its MoM was starting it is recorded just so.
+    env = stand_ins(fake_bin, tmp_path)
+    pbs = PBSScheduler(env=env)
+    assert pbs.status(["202.pbs-head"])["202.pbs-head"].state is JobState.COMPLETED
+    assert pbs.deleted_read_finished == set()
+    pbs.cancel(["202"])  # the number alone, as a user may write it
+    ended = pbs.status(["202.pbs-head", "201.pbs-head"])
+    assert ended["202.pbs-head"].state is JobState.CANCELLED
+    assert "deleted by qdel" in ended["202.pbs-head"].reason
+    assert ended["201.pbs-head"].state is JobState.TIMEOUT  # not deleted here: as PBS says
+    assert pbs.deleted_read_finished == {"202"}
+    # Another adapter (a new driver) did not delete it: PBS's word stands.
+    assert PBSScheduler(env=env).status(["202.pbs-head"])["202.pbs-head"].state is (
+        JobState.COMPLETED
+    )
+
+
 def test_adapter_garbage_is_a_command_error(fake_bin) -> None:
     fake_bin("qstat", "echo '{}'")  # no queue or server settings: nothing restricts a vnode
     env = fake_bin("pbsnodes", "echo '<html>502 Bad Gateway</html>'")
