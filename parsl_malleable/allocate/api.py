@@ -123,6 +123,7 @@ def allocate(
     warm_start: bool = True,
     fallback: bool = True,
     threads: int | None = None,
+    mip_node_limit: int | None = None,
 ) -> Allocation:
     """Nodes per training job for the next horizon.
 
@@ -145,6 +146,12 @@ def allocate(
     docs/allocate.md). ``warm_start`` runs the greedy rule first and gives its allocation to
     the solver as a starting incumbent (a value for every variable of the model); a solver
     answer worse than it is replaced by it, and ``message`` says why the solver lost it.
+    ``mip_node_limit`` caps the solver's branch-and-bound nodes (HiGHS ``mip_max_nodes``, CBC
+    ``maxNodes``; None: no cap): with ``threads=1`` the answer is then the same on any machine,
+    and ``time_limit`` is only a safety net. A solve stopped at the node limit keeps its
+    incumbent (``status`` feasible) like one stopped at the time limit; one that the time limit
+    stops although a node limit was given is logged as a warning, and its ``message`` says so
+    (:func:`~parsl_malleable.allocate.solve.hit_wall_clock`).
     """
     check_objective(objective)
     if isinstance(solver, str):
@@ -164,10 +171,12 @@ def allocate(
         max_classes=max_classes,
         node_cap=node_cap,
         threads=threads,
+        mip_node_limit=mip_node_limit,
     )
     free_nodes, node_cap = checked.free_nodes, checked.node_cap
     check_node_count(len(free_nodes), held)
     time_limit, gap_rel = checked.time_limit, checked.gap_rel
+    mip_node_limit = checked.mip_node_limit
     names = [job.name for job in jobs]
     if len(set(names)) != len(names):
         raise AllocationInputError("two jobs have the same name")
@@ -218,8 +227,19 @@ def allocate(
             gap_rel=gap_rel,
             threads=threads,
             start=start,
+            node_limit=mip_node_limit,
         )
         solve_s += outcome.seconds
+        if outcome.time_limited and mip_node_limit is not None:
+            # The node limit was asked for so that the answer would not depend on the
+            # machine's speed; this one does, which whoever compares runs must hear about.
+            log.warning(
+                "allocator: %s hit its %g s wall-clock limit before its node limit (%d): "
+                "this answer depends on the machine's speed",
+                used_solver,
+                time_limit,
+                mip_node_limit,
+            )
         status, message = outcome.status, outcome.message
         rejected = False
         if outcome.has_solution:
@@ -231,8 +251,10 @@ def allocate(
             else:
                 value = float(model.problem.objective.value() or 0.0)
         if counts is not None and greedy is not None and _below(value, greedy_value):
-            # Stopped at the time limit with an incumbent worse than the start it was given.
-            counts, message = None, f"incumbent {value:.6g} below the greedy {greedy_value:.6g}"
+            # Stopped early with an incumbent worse than the start it was given. The stop's own
+            # note is kept: it may say that the wall-clock limit bound.
+            below = f"incumbent {value:.6g} below the greedy {greedy_value:.6g}"
+            counts, message = None, f"{message}; {below}" if message else below
         if counts is None and start is not None and not rejected:
             limit = time_limit if isinstance(solver, str) else None  # else the solver's own
             message = f"{message}; {_lost_start(model.problem, start, limit)}"

@@ -44,6 +44,13 @@ MAX_NODES = 1_000_000
 @click.option(
     "--time-limit", type=FiniteFloat(gt=0), default=10.0, show_default=True, help="Seconds."
 )
+@click.option(
+    "--mip-node-limit",
+    type=click.IntRange(0),
+    default=None,
+    help="Most branch-and-bound nodes per solve: the same answer on any machine (with "
+    "--time-limit as a safety net).",
+)
 @click.option("--node-cap", type=click.IntRange(0), default=None, help="Most nodes harvested.")
 @click.option("--seed", type=int, default=0, show_default=True)
 def allocate(
@@ -55,6 +62,7 @@ def allocate(
     objective: str,
     solver: str,
     time_limit: float,
+    mip_node_limit: int | None,
     node_cap: int | None,
     seed: int,
 ) -> None:
@@ -85,6 +93,7 @@ def allocate(
             objective=objective,
             solver=solver,
             time_limit=time_limit,
+            mip_node_limit=mip_node_limit,
             node_cap=node_cap,
         )
         blocks = size_blocks(result, jobs=instance.jobs)

@@ -30,6 +30,7 @@ class AllocateOptions(BaseModel):
     max_classes: int = Field(ge=1)
     node_cap: int | None = Field(None, ge=0)
     threads: int | None = Field(None, ge=1)
+    mip_node_limit: int | None = Field(None, ge=0, description="branch-and-bound nodes")
 
 
 def check_node_count(free: int, held: int) -> None:

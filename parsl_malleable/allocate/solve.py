@@ -1,4 +1,11 @@
-"""Run a pulp model with CBC or HiGHS under a time limit and report what came back."""
+"""Run a pulp model with CBC or HiGHS under a work or time limit and report what came back.
+
+A solve stopped by its wall-clock limit depends on how fast the machine ran it (the same replay
+trained different samples beside two busy loops); a limit on branch-and-bound nodes
+(``node_limit``: HiGHS ``mip_max_nodes``, CBC ``maxNodes``), single-threaded, stops at the same
+point on any machine. With one, the wall-clock limit is only a safety net, and a solve it stops
+says so in its outcome (``time_limited``) and in its message (:data:`WALL_CLOCK_STOP`).
+"""
 
 from __future__ import annotations
 
@@ -25,14 +32,26 @@ def check_solver(name: str) -> str:
     return name
 
 
+# Said in the message of every solve its wall-clock limit stopped: callers that asked for a
+# deterministic solve (a node limit) count these to report that the machine's speed mattered.
+WALL_CLOCK_STOP = "stopped by its wall-clock limit"
+
+
+def hit_wall_clock(message: str) -> bool:
+    """Whether an allocation or decision ``message`` says a solve hit its wall-clock limit."""
+    return WALL_CLOCK_STOP in message
+
+
 @dataclass(frozen=True)
 class SolveOutcome:
-    """``status``: optimal, feasible (stopped early with an incumbent), or failed."""
+    """``status``: optimal, feasible (stopped early with an incumbent), or failed;
+    ``time_limited``: the wall-clock limit stopped the solve (with or without an incumbent)."""
 
     status: str
     has_solution: bool
     seconds: float
     message: str = ""
+    time_limited: bool = False
 
 
 _banner_lock = threading.Lock()
@@ -99,8 +118,11 @@ class _StartedHiGHS(pulp.HiGHS):
         self.start = start
         self.pool_threads = threads
         self.report = ""
+        self.time_limited = False
 
     def callSolver(self, lp: pulp.LpProblem) -> None:
+        import highspy
+
         _match_thread_pool(self.pool_threads)
         given = [(v.index, self.start[v]) for v in lp.variables() if v in self.start]
         if given:
@@ -110,6 +132,7 @@ class _StartedHiGHS(pulp.HiGHS):
         lp.solverModel.run()
         highs = lp.solverModel
         nodes = highs.getInfo().mip_node_count
+        self.time_limited = highs.getModelStatus() == highspy.HighsModelStatus.kTimeLimit
         self.report = (
             f"HiGHS {highs.modelStatusToString(highs.getModelStatus()).lower()} after "
             f"{nodes} nodes and {highs.getRunTime():.3f} s"
@@ -166,10 +189,18 @@ def make_solver(
     gap_rel: float,
     threads: int | None = None,
     start: dict[pulp.LpVariable, float] | None = None,
+    node_limit: int | None = None,
 ) -> pulp.LpSolver:
-    """The pulp solver object for ``cbc`` or ``highs``."""
+    """The pulp solver object for ``cbc`` or ``highs``.
+
+    ``node_limit`` caps the branch-and-bound nodes (HiGHS ``mip_max_nodes``, CBC ``maxNodes``;
+    0: the root only): with ``threads=1`` the solve then stops at the same point however
+    loaded the machine is, as long as ``time_limit`` does not bind first.
+    """
     if time_limit <= 0:
         raise AllocationInputError(f"time_limit must be > 0 seconds, got {time_limit}")
+    if node_limit is not None and node_limit < 0:
+        raise AllocationInputError(f"node_limit must be >= 0, got {node_limit}")
     if name == "cbc":
         with warnings.catch_warnings():
             # pulp 3.3 announces PULP_CBC_CMD's removal in 4.0; it is the CBC bundled here.
@@ -182,10 +213,12 @@ def make_solver(
                 gapRel=gap_rel,
                 threads=threads,
                 warmStart=bool(start),
+                maxNodes=node_limit,
             )
     if name == "highs":
+        work: dict[str, object] = {} if node_limit is None else {"mip_max_nodes": node_limit}
         return _StartedHiGHS(
-            start or {}, msg=False, timeLimit=time_limit, gapRel=gap_rel, threads=threads
+            start or {}, msg=False, timeLimit=time_limit, gapRel=gap_rel, threads=threads, **work
         )
     check_solver(name)
     raise AssertionError(f"solver {name!r} is listed in SOLVERS but has no branch here")
@@ -199,15 +232,16 @@ def solve_problem(
     gap_rel: float,
     threads: int | None = None,
     start: dict[pulp.LpVariable, float] | None = None,
+    node_limit: int | None = None,
 ) -> SolveOutcome:
     """Solve ``problem`` in place; never raises for solver trouble (it is reported instead).
 
     ``start`` gives the values of a known feasible allocation (every variable, see
     ``CountModel.start_values``): the solver starts from it (CBC ``mipstart``, HiGHS
-    ``setSolution``).
+    ``setSolution``). ``node_limit``: see :func:`make_solver`.
     """
     if isinstance(name, str):
-        solver = make_solver(name, time_limit, gap_rel, threads, start)
+        solver = make_solver(name, time_limit, gap_rel, threads, start, node_limit)
     else:
         solver = name
     # not `start`: that is the MIP start passed in
@@ -222,9 +256,23 @@ def solve_problem(
     # What HiGHS says it did (status, nodes, time): the reason for an early stop.
     detail = getattr(solver, "report", "")
     note = f" ({detail})" if detail else ""
+    # HiGHS names the stop; CBC's status line is gone with pulp's temporary files, so a CBC
+    # solve that ran its whole limit is taken as stopped by it. (A solver passed in configured
+    # has its own limit, unknown here.)
+    timed = getattr(solver, "time_limited", None)
+    by_clock = isinstance(name, str) and seconds >= time_limit
+    limited = bool(timed) if timed is not None else by_clock
+    clock = f"{WALL_CLOCK_STOP} ({time_limit:g} s)"
     if problem.sol_status == pulp.LpSolutionOptimal:
         return SolveOutcome("optimal", True, seconds)
     if problem.sol_status == pulp.LpSolutionIntegerFeasible:
-        return SolveOutcome("feasible", True, seconds, f"stopped at the time limit or gap{note}")
+        if limited:
+            message = f"{clock}{note}"
+        elif node_limit is not None:
+            message = f"stopped at the node limit ({node_limit}) or gap{note}"
+        else:
+            message = f"stopped at the time limit or gap{note}"
+        return SolveOutcome("feasible", True, seconds, message, limited)
     text = pulp.LpStatus.get(problem.status, str(problem.status))
-    return SolveOutcome("failed", False, seconds, f"solver status {text}{note}")
+    message = f"solver status {text}{note}" + (f"; {clock}" if limited else "")
+    return SolveOutcome("failed", False, seconds, message, limited)

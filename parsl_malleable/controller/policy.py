@@ -40,6 +40,10 @@ class PolicySettings:
     """How decisions are made.
 
     ``objective``/``solver``/``time_limit_s``/``gap_rel`` go to the allocator;
+    ``mip_node_limit`` caps the branch-and-bound nodes of each solve (None: no cap, the solve
+    ends at ``time_limit_s`` or the gap, as live decisions do): with one thread, a decision is
+    then the same on any machine under any load, and ``time_limit_s`` is only a safety net
+    (the replay's mode, :mod:`parsl_malleable.replay.policies`);
     ``default_window_s`` is the window of a node whose block has no known end;
     ``max_horizon_s`` caps the plan;
     ``scale_up_s``/``scale_down_s`` are the rescale pauses assumed until the profiler has
@@ -65,6 +69,7 @@ class PolicySettings:
     objective: str = "weighted"
     solver: str = "highs"
     time_limit_s: Annotated[Number, Field(gt=0)] = 0.5
+    mip_node_limit: Annotated[WholeCount, Field(ge=0)] | None = None
     gap_rel: Annotated[Number, Field(ge=0, lt=1)] = 1e-3
     default_window_s: Annotated[Number, Field(gt=0)] = 3600.0
     max_horizon_s: Annotated[Number, Field(gt=0)] = 3600.0
@@ -293,6 +298,7 @@ def decide(
         charge_start=settings.charge_start,
         pause_rate=settings.pause_rate,
         threads=settings.threads,
+        mip_node_limit=settings.mip_node_limit,
     )
     owner = {node: name for name, ids in result.node_ids.items() for node in ids}
     terms: dict[str, JobTerms] = {}

@@ -5,9 +5,15 @@ interval ends; then the node is taken back at once (the native job starts on tim
 never delays it). Jobs are admitted first come first served, at most ``max_jobs`` at a time
 (FreeTrain's replayer does the same). Between events a job on ``n`` nodes trains at its true
 curve's rate; every change of its node set pauses it (``scale_up_s`` when it gains or starts,
-``scale_down_s`` when it loses nodes, by decision or reclaim; both when both happen). Jobs
-report noisy throughput every ``report_s`` seconds of steady running, and their pauses, as
-ranks do live; the controller decides exactly as it does live.
+``scale_down_s`` when it loses nodes, by decision or reclaim; both when both happen). A pause
+never shortens one in progress: a node lost during a start's pause does not let the job train
+before the start is over. Jobs report noisy throughput every ``report_s`` seconds of steady
+running, and their pauses, as ranks do live; the controller decides exactly as it does live.
+
+A replay repeats exactly: the same inputs and seed give the same result on any machine under
+any load, as long as no solve stops at its wall-clock limit (the policies stop solves at a
+number of branch-and-bound nodes instead, :mod:`.policies`). The decisions it did stop are
+counted (:attr:`Replay.time_limited`) and logged as a warning.
 
 ``marks`` (optional, :class:`Marks`) lets a caller act when a job's samples reach a count it
 names (an epoch's end: :mod:`parsl_malleable.replay.sweep` reports a trial's metric there and
@@ -17,6 +23,7 @@ the job at once (its nodes are free, as for a finished job; it never reads finis
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from dataclasses import dataclass, field
@@ -24,6 +31,7 @@ from typing import Protocol
 
 import numpy as np
 
+from parsl_malleable.allocate.solve import hit_wall_clock
 from parsl_malleable.controller.core import ControllerCore, WindowSource
 from parsl_malleable.controller.model import DrainRanks, JobSpec, StartRanks
 from parsl_malleable.replay.bounds import replay_bounds
@@ -32,6 +40,8 @@ from parsl_malleable.replay.policies import ReplayPolicy
 from parsl_malleable.replay.predict import HistoryWindows, NodeAges
 from parsl_malleable.replay.result import JobOutcome, ReplayResult
 from parsl_malleable.replay.workload import ReplayJob
+
+log = logging.getLogger(__name__)
 
 # Samples short of the total that still count as done (float rounding of rate x time).
 DONE_TOLERANCE = 1e-6
@@ -205,7 +215,9 @@ class Replay:
                 self.core.ranks_left(action.node, self.now)
 
     def _pause(self, lost: dict[str, bool], gained: dict[str, bool]) -> None:
-        for name in set(lost) | set(gained):
+        # Sorted: a set of names iterates in an order that changes between processes, and
+        # the order reaches the profiler (jobs of one family share its measurements).
+        for name in sorted(set(lost) | set(gained)):
             run = self.active.get(name)
             if run is None or not run.nodes:
                 if run is not None:
@@ -219,7 +231,10 @@ class Replay:
                 pause += run.job.scale_up_s
                 self.core.report_rescale(name, "up", run.job.scale_up_s)
             run.rescales += 1
-            run.paused_until = self.now + pause
+            # A shorter pause (a lost node) during a longer one (a start) must not cut it
+            # short: the ranks are still starting. ``_advance`` charges ``paused_s`` up to
+            # whatever ``paused_until`` holds, so the accounting follows.
+            run.paused_until = max(run.paused_until, self.now + pause)
             run.steady_since = run.paused_until
             if run.first_start is None:
                 run.first_start = self.now
@@ -312,7 +327,21 @@ class Replay:
             finished = qi >= len(self.queue) and not self.active
             if t >= tl.t1 or finished:
                 break
+        if self.time_limited:
+            log.warning(
+                "replay %s: %d of %d decisions stopped at the solver's wall-clock limit: "
+                "this replay depends on the machine's speed",
+                self.policy.name,
+                self.time_limited,
+                len(self.core.decisions),
+            )
         return self._result(time.perf_counter() - began)
+
+    @property
+    def time_limited(self) -> int:
+        """Decisions so far whose solve its wall-clock limit stopped: 0 for a replay that
+        repeats exactly (see the module docstring)."""
+        return sum(hit_wall_clock(d.message) for d in self.core.decisions)
 
     def _result(self, wall_s: float) -> ReplayResult:
         end = self.now

@@ -27,9 +27,21 @@ from parsl_malleable.controller.core import CoreSettings
 from parsl_malleable.controller.policy import PolicySettings
 from parsl_malleable.errors import ConfigError
 
-# A replay's decisions get 0.1 s each, thousands of them: above this many considered jobs the
-# greedy rule decides (on a saturated Summit day it trained what the MILP did, 2.3x faster).
+# A replay makes thousands of decisions: above this many considered jobs the greedy rule
+# decides (on a saturated Summit day it trained what the MILP did, 2.3x faster).
 REPLAY_MILP_MAX_JOBS = 48
+
+# A replay's solves stop at a number of branch-and-bound nodes, not at a time: with one thread
+# each decision, and so the replay, is the same on any machine under any load (at 0.1 s the
+# same 40-job day took 20.19 h to its result alone and 20.31 h beside two busy loops). Ten
+# nodes: the whole root (its cuts and heuristics are most of the gain over the greedy start)
+# and a little branching; on a 40-job day on 300 Summit nodes 610 of 621 solves met the 1 % gap
+# within them. 0 stops before the root's heuristics and returns the greedy start unimproved.
+REPLAY_MIP_NODE_LIMIT = 10
+
+# Only a safety net under the node limit: a solve it stops depends on the machine's speed, and
+# the replay counts and reports such decisions (``Replay.time_limited``).
+REPLAY_TIME_LIMIT_S = 60.0
 
 # Every event gets its own decision: FreeTrain re-solves at each node event.
 EVERY_EVENT = {"debounce_s": 0.0, "max_delay_s": 0.0, "redecide_s": math.inf}
@@ -53,21 +65,25 @@ def make_policy(
     *,
     t_fwd: float = 600.0,
     objective: str = "throughput",
-    time_limit_s: float = 0.1,
+    time_limit_s: float = REPLAY_TIME_LIMIT_S,
+    mip_node_limit: int | None = REPLAY_MIP_NODE_LIMIT,
     gap_rel: float = 1e-2,
     horizon_s: float = 3600.0,
     completion_decay: float = 0.5,
 ) -> ReplayPolicy:
     """The policy called ``name`` (see the module docstring); ``t_fwd`` is FreeTrain's
     forward-looking time, ``horizon_s`` the longest plan of ours; every policy solves to a
-    1 % gap within 0.1 s by default (a replay makes thousands of decisions; live decisions
-    get 0.5 s and a 0.1 % gap). On a day of Summit a 0.5 s limit trained the same samples
-    (docs/replay.md)."""
+    1 % gap or ``mip_node_limit`` branch-and-bound nodes, single-threaded, so that a replay
+    repeats exactly on any machine; ``time_limit_s`` is a safety net whose stops the replay
+    reports (``mip_node_limit=None`` makes it the limit instead, as live decisions have: 0.5 s
+    and a 0.1 % gap; such a replay depends on the machine's load)."""
     base = PolicySettings(
         objective=objective,
         solver="highs",
         time_limit_s=time_limit_s,
+        mip_node_limit=mip_node_limit,
         gap_rel=gap_rel,
+        threads=1,
         completion_decay=completion_decay,
         milp_max_jobs=REPLAY_MILP_MAX_JOBS,
     )
@@ -103,4 +119,10 @@ def make_policy(
 
 POLICIES = ("freetrain", "malletrain", "ours", "ours+curves", "greedy", "marginal")
 
-__all__ = ["POLICIES", "ReplayPolicy", "make_policy"]
+__all__ = [
+    "POLICIES",
+    "REPLAY_MIP_NODE_LIMIT",
+    "REPLAY_TIME_LIMIT_S",
+    "ReplayPolicy",
+    "make_policy",
+]

@@ -48,7 +48,11 @@ from parsl_malleable.replay.bounds import best_node_rate
 from parsl_malleable.replay.curves import CurveFamily, LearningCurve
 from parsl_malleable.replay.engine import Replay
 from parsl_malleable.replay.idle import IdleTimeline
-from parsl_malleable.replay.policies import make_policy
+from parsl_malleable.replay.policies import (
+    REPLAY_MIP_NODE_LIMIT,
+    REPLAY_TIME_LIMIT_S,
+    make_policy,
+)
 from parsl_malleable.replay.result import ReplayResult
 from parsl_malleable.replay.scavenger import scavenger_replay
 from parsl_malleable.replay.workload import ReplayJob
@@ -252,14 +256,16 @@ def sweep_replay(
     max_jobs: int | None = None,
     label: str | None = None,
     seed: int = 0,
-    time_limit_s: float = 0.1,
+    time_limit_s: float = REPLAY_TIME_LIMIT_S,
+    mip_node_limit: int | None = REPLAY_MIP_NODE_LIMIT,
 ) -> SweepResult:
     """Replay the sweep ``setup`` under ``policy`` (``scavenger``: one-node jobs of a
     preemptable partition; else a policy of :func:`.policies.make_policy` with the
     ``weighted`` objective, so that promises weigh) with at most ``max_jobs`` trials admitted
     at a time (None: every trial a candidate). ``make_search`` opens a fresh search; its
-    trials are asked at once; ``time_limit_s``: each decision's solver limit (a limit that binds
-    makes the replay depend on the machine's speed)."""
+    trials are asked at once; ``mip_node_limit`` and ``time_limit_s``: each decision's solver
+    limits (:func:`.policies.make_policy`: the node limit makes the sweep repeat exactly; a
+    wall-clock limit that binds makes it depend on the machine's speed)."""
     search = make_search()
     trials, jobs = ask_trials(search, setup)
     marks = SweepMarks(search, setup, trials)
@@ -270,7 +276,12 @@ def sweep_replay(
         replay = Replay(
             timeline,
             jobs,
-            make_policy(policy, objective="weighted", time_limit_s=time_limit_s),
+            make_policy(
+                policy,
+                objective="weighted",
+                time_limit_s=time_limit_s,
+                mip_node_limit=mip_node_limit,
+            ),
             max_jobs=max_jobs,
             seed=seed,
             marks=marks,

@@ -1,4 +1,8 @@
-"""Allocations on FreeTrain workloads and Summit windows: every hard constraint holds."""
+"""Allocations on FreeTrain workloads and Summit windows: every hard constraint holds.
+
+The solves stop at a node limit, one thread, with a wall-clock limit only as a safety net: a
+2 s limit that CBC used to meet alone it missed on a loaded machine, and the test failed.
+"""
 
 from __future__ import annotations
 
@@ -11,8 +15,13 @@ from parsl_malleable.allocate import AllocationSolverError, allocate, load_workl
 from parsl_malleable.allocate.evaluate import objective_value
 from parsl_malleable.allocate.horizon import classify
 from parsl_malleable.allocate.instances import make_instance, summit_remaining_windows
+from parsl_malleable.allocate.solve import WALL_CLOCK_STOP, hit_wall_clock
 
 from .helpers import assert_valid
+
+# Branch-and-bound nodes per solve: a stop that does not depend on the machine's load.
+NODE_LIMIT = 10
+SAFETY_S = 60.0  # never reached here; a solve it stops would say so in its message
 
 
 @pytest.fixture(scope="module")
@@ -33,11 +42,14 @@ def test_constraints_hold(instance, solver, objective):
         instance.windows,
         solver=solver,
         objective=objective,
-        time_limit=2,
+        time_limit=SAFETY_S,
+        mip_node_limit=NODE_LIMIT,
+        threads=1,
         node_cap=120,
     )
     assert_valid(alloc, instance.jobs, instance.free_nodes, node_cap=120)
-    assert alloc.solver == solver and not alloc.fallback
+    assert alloc.solver == solver and not alloc.fallback, alloc.message
+    assert not hit_wall_clock(alloc.message)
     # Only nodes with a window left are given out.
     for ids in alloc.node_ids.values():
         assert all(alloc.node_window[node] > 0 for node in ids)
@@ -99,4 +111,35 @@ def test_time_limit_keeps_incumbent_or_falls_back(instance):
     )
     assert alloc.status in {"optimal", "feasible", "failed"}
     assert alloc.fallback == (alloc.status == "failed")
+    assert_valid(alloc, instance.jobs, instance.free_nodes)
+
+
+@pytest.mark.parametrize("solver", ["cbc", "highs"])
+def test_a_stop_at_the_node_limit_keeps_its_incumbent_and_repeats(instance, solver):
+    # No gap accepted: only the node limit (one node, the root) can stop the solve.
+    options = {"solver": solver, "gap_rel": 0.0, "mip_node_limit": 1, "threads": 1}
+    alloc = allocate(instance.jobs, instance.free_nodes, instance.windows, **options)
+    greedy = allocate(instance.jobs, instance.free_nodes, instance.windows, solver="greedy")
+    assert alloc.status == "feasible" and "node limit (1)" in alloc.message, alloc.message
+    assert alloc.solver == solver and not alloc.fallback
+    assert not hit_wall_clock(alloc.message)
+    assert alloc.objective > greedy.objective * 1.1
+    assert_valid(alloc, instance.jobs, instance.free_nodes)
+    again = allocate(instance.jobs, instance.free_nodes, instance.windows, **options)
+    assert again.node_ids == alloc.node_ids and again.objective == alloc.objective
+
+
+def test_a_solve_the_clock_stops_despite_a_node_limit_says_so(instance, caplog):
+    with caplog.at_level(logging.WARNING, logger="parsl_malleable.allocate.api"):
+        alloc = allocate(
+            instance.jobs,
+            instance.free_nodes,
+            instance.windows,
+            time_limit=1e-6,
+            mip_node_limit=NODE_LIMIT,
+        )
+    assert hit_wall_clock(alloc.message) and WALL_CLOCK_STOP in alloc.message
+    assert "depends on the machine's speed" in caplog.text
+    # The greedy start was the incumbent when the clock stopped the solve: no fallback.
+    assert alloc.status == "feasible" and not alloc.fallback
     assert_valid(alloc, instance.jobs, instance.free_nodes)

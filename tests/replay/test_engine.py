@@ -149,3 +149,28 @@ def test_skipping_decisions_that_cannot_change_changes_nothing(summit_slice, mon
     assert first.decisions + with_rule.core.skipped == second.decisions
     assert first.trained == pytest.approx(second.trained, rel=1e-9)
     assert [j.rescales for j in first.jobs] == [j.rescales for j in second.jobs]
+
+
+def test_a_node_lost_during_the_start_pause_does_not_shorten_it():
+    # Start on both nodes at 0: a 100 s start pause. Node 1 leaves at 50 s, a 5 s scale-down
+    # pause, which used to replace the start's and let the job train from 55 s.
+    slow_start = ReplayJob("j", LINEAR, 1, 8, 100.0, 5.0, 1_000.0, 0.0)
+    tl = timeline([(0, 0.0, 5000.0), (1, 0.0, 50.0)])
+    result = Replay(tl, [slow_start], make_policy("freetrain")).run()
+    (outcome,) = result.jobs
+    assert outcome.first_start == 0.0
+    # 100 s paused (two nodes until 50 s, one after), then 1,000 samples at 10/s.
+    assert outcome.finished == pytest.approx(200.0)
+    assert outcome.paused_s == pytest.approx(100.0)
+    assert outcome.rescales == 2
+
+
+@pytest.mark.parametrize("name", POLICIES)
+def test_no_policy_beats_the_offline_bound_when_a_node_leaves_during_a_start(name):
+    # Node 1's interval is shorter than any start pause: the offline bound gives it nothing,
+    # and a job that starts on it must not gain from losing it (it trained 100.5 % before).
+    slow_start = ReplayJob("j", LINEAR, 1, 8, 100.0, 5.0, math.inf, 0.0)
+    tl = timeline([(0, 0.0, 1000.0), (1, 0.0, 50.0)], t1=1000.0)
+    result = Replay(tl, [slow_start], make_policy(name)).run()
+    assert result.offline_bound == pytest.approx(10.0 * 900.0)
+    assert 0 < result.trained <= result.offline_bound * (1 + 1e-9)
