@@ -8,6 +8,7 @@ cancelled. How an ended job reads to Parsl, and giving up after repeated failure
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any
 
 from parsl.jobs.states import JobState as ParslState
@@ -18,6 +19,7 @@ from parsl_malleable.harvest.ledger import JobRecord, Phase, PollReport
 from parsl_malleable.harvest.provider_state import logger
 from parsl_malleable.harvest.reconcile import CONFIRM_POLLS, Matches, match_blocks
 from parsl_malleable.harvest.states import CancelReason, end_state, is_failure
+from parsl_malleable.harvest.yielding import DEFAULT_TOLERANCE_S
 from parsl_malleable.schedulers.records import JobState, JobStatus
 from parsl_malleable.snapshot import Snapshot
 
@@ -196,6 +198,8 @@ class BookKeeping(Cancelling):
         )
         if rec.cancel_sent_at is not None and rec.start is not None and end_limit is not None:
             self.teardown.add(rec.cancel_sent_at, end_limit)
+        if state is JobState.PREEMPTED and rec.start is not None:
+            self._judge_reclaim(rec, end_limit if end_limit is not None else now)
         rec.phase = Phase.ENDED
         rec.end_state = parsl_state
         rec.message = f"job {rec.job_id}: {why} ({state.value})"
@@ -212,6 +216,50 @@ class BookKeeping(Cancelling):
             return
         if not self.recycle and rec.cancel_reason is not CancelReason.NOT_STARTED:
             slot.final, slot.final_message = parsl_state, rec.message
+
+    def _judge_reclaim(self, rec: JobRecord, taken_at: float) -> None:
+        """A native job took a running block's nodes at ``taken_at`` (polling mode: the site
+        preempted what the provider should have yielded). Counted as a missed yield
+        (``faults["reclaims_missed"]``) when the last poll's plan already had a native job on
+        its nodes by then, when no poll came in the poll interval before, or when a yield was
+        under way (it came late); otherwise as unforeseeable (``reclaims_unforeseeable``): the
+        queue the last poll saw, less than one poll before, left its nodes alone, so an arrival
+        or an early end since then let the native start, and no poll could have seen it."""
+        if self.profile.preemption != "none":
+            return  # preemption mode: the site taking a block back is the design, not a miss
+        interval = self.profile.poll_interval_s
+        use, at, poll = rec.planned_use, rec.planned_at, rec.planned_poll
+        if rec.cancel_reason is CancelReason.YIELD:
+            why = f"its yield, decided at poll {rec.yield_poll}, came late"
+        elif rec.cancel_reason is not None:
+            return  # ended for a reason of ours (walltime, Parsl): the site only came first
+        elif use is None or at is None:
+            why = "no poll planned its nodes while it ran"
+        elif use <= taken_at + DEFAULT_TOLERANCE_S:
+            why = (
+                f"poll {poll} ({taken_at - at:.1f} s before) planned a native job on its nodes "
+                f"at {use - taken_at:+.1f} s, yet did not yield it"
+            )
+        elif taken_at - at > interval + DEFAULT_TOLERANCE_S:
+            why = f"no poll in the {taken_at - at:.1f} s before (poll interval {interval:g} s)"
+        else:
+            self.faults["reclaims_unforeseeable"] += 1
+            planned = "no native use" if math.isinf(use) else f"{use - taken_at:+.1f} s"
+            logger.warning(
+                "block job %s: a native job took its nodes, unforeseeable: poll %s, %.1f s "
+                "before, planned the queue's first use of them at %s (an arrival or an early "
+                "end since then let the native start; on a site that holds a native job for "
+                "the block, it waits up to poll + grace + teardown)",
+                rec.job_id,
+                poll,
+                taken_at - at,
+                planned,
+            )
+            return
+        self.faults["reclaims_missed"] += 1
+        logger.warning(
+            "block job %s: a native job took its nodes, a missed yield: %s", rec.job_id, why
+        )
 
     def _preempted_by_site(self, ended: list[JobRecord], states: dict[str, Any]) -> set[str]:
         """The ended blocks Slurm preempted (preemption mode). A preempted block whose workers

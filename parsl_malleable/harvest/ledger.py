@@ -61,6 +61,12 @@ class JobRecord:
     # When its walltime runs out by the provider's count: the start the scheduler reports
     # (else ``seen_running_at``) plus ``walltime_s``; harvest/walltime.py ends it soon after.
     walltime_end: float | None = None
+    # The last poll's plan for its nodes (harvest/yield_step.py): when the queue, without our
+    # blocks, first used one (inf: never), at which poll and snapshot time. A block a native
+    # takes anyway is judged against it: a missed yield, or one no poll could foresee.
+    planned_use: float | None = None
+    planned_poll: int | None = None
+    planned_at: float | None = None
 
     @property
     def active(self) -> bool:

@@ -19,6 +19,7 @@ from parsl_malleable.harvest.yielding import (
     DEFAULT_TOLERANCE_S,
     blocks_in_the_way,
     blocks_on_unavailable_nodes,
+    first_native_use,
     reservation_in_the_way,
 )
 from parsl_malleable.snapshot import Snapshot
@@ -62,7 +63,15 @@ class YieldStep(Cancelling):
         teardown = self.teardown.seconds
         lead = self.profile.poll_interval_s + self.profile.yield_grace_s + teardown
         overrun = walltime_margin(self.profile) + teardown
-        in_the_way = blocks_in_the_way(snap, deadlines, lead_s=lead, overrun_s=overrun)
+        first = first_native_use(snap, deadlines) if deadlines else {}
+        with self._lock:
+            # Kept per block: a native that takes the block's nodes before the next poll is
+            # judged against this plan (harvest/book_keeping.py, _judge_reclaim).
+            for job_id, rec in live.items():
+                rec.planned_use = first.get(job_id, math.inf)
+                rec.planned_poll = self.polls
+                rec.planned_at = snap.now
+        in_the_way = blocks_in_the_way(snap, deadlines, lead_s=lead, overrun_s=overrun, first=first)
         for job_id, when in in_the_way.items():
             if job_id in reasons or when > soon:
                 continue

@@ -80,14 +80,17 @@ def blocks_in_the_way(
     tolerance_s: float = DEFAULT_TOLERANCE_S,
     lead_s: float = 0.0,
     overrun_s: float = 0.0,
+    first: Mapping[str, float] | None = None,
 ) -> dict[str, float]:
     """Our running jobs (of ``deadlines``: job id -> walltime end) that delay a queued native
     job, with the time that job could use their nodes: a use before the deadline, or one
     before the block surely leaves on its own (its deadline + ``overrun_s``) that is due
-    within ``lead_s`` (a yield begun any later would leave the nodes late)."""
+    within ``lead_s`` (a yield begun any later would leave the nodes late). ``first``: the
+    :func:`first_native_use` of this snapshot when the caller has it already."""
     if not deadlines:
         return {}
-    first = first_native_use(snapshot, deadlines)
+    if first is None:
+        first = first_native_use(snapshot, deadlines)
     out: dict[str, float] = {}
     for job_id, when in first.items():
         end = deadlines[job_id]

@@ -6,11 +6,14 @@ native load is a trace replayed through the simulator (:mod:`.native_load`): eve
 job starts and ends exactly when the simulation says, so no native job is ever delayed. A
 starting native job takes nodes no native holds, preferring nodes no block of ours holds; when
 those do not suffice it *reclaims* nodes from our blocks: each such block is killed (state
-PREEMPTED) and counted in :attr:`EmulatedSite.reclaims`, the emulated measure of a yield the
-provider missed. Blocks run their batch script once per node as real processes
-(:mod:`.blocks`), each node under a wrapper that kills its process group when this
-process dies. A daemon thread keeps time, so walltime kills and reclaims happen on time even
-when nobody calls; every call also brings the site up to date first. See docs/schedulers.md.
+PREEMPTED) and counted in :attr:`EmulatedSite.reclaims`. A reclaim is a yield the provider
+*missed* only when the queue the site last showed it already allowed that start; one that an
+arrival or an early end made possible after the provider's last look, within one poll of the
+start, is *unforeseeable* (:meth:`EmulatedSite._foresight`). Blocks run their batch script
+once per node as real processes (:mod:`.blocks`), each node under a wrapper that kills its
+process group when this process dies. A daemon thread keeps time, so walltime kills and
+reclaims happen on time even when nobody calls; every call also brings the site up to date
+first. See docs/schedulers.md.
 """
 
 from __future__ import annotations
@@ -46,16 +49,32 @@ logger = logging.getLogger(__name__)
 
 IDLE_TICK_S = 1.0  # the thread's longest sleep when no block runs
 BLOCK_TICK_S = 0.2  # ... and while blocks run (their processes may exit at any time)
+#: Limits and ends are floats mapped from whole trace seconds: a native that ran to its limit
+#: may end a rounding error before it, which is not an early end.
+LIMIT_TOLERANCE_S = 1e-3
+#: Recent gaps between snapshots kept: the longest is the provider's poll as the site sees it.
+LOOK_GAPS = 8
+#: A poll's length varies by its own work (a submit, a cancel): a look this fraction later
+#: than the longest recent gap is still on time.
+LOOK_SLACK = 0.25
 
 
 @dataclass(frozen=True)
 class Reclaim:
-    """A block of ours killed because a native job needed its nodes at ``at``."""
+    """A block of ours killed because a native job needed its nodes at ``at``.
+
+    ``foreseeable``: the last snapshot before ``at`` already showed that native queued, with
+    enough nodes free by ``at`` by the running natives' limits (a yield the provider missed);
+    False when an arrival or an early end after that snapshot, less than one poll before
+    ``at``, made the start possible. ``why`` says which, with the times.
+    """
 
     native_id: str
     block_id: str
     nodes: tuple[str, ...]
     at: float
+    foreseeable: bool = True
+    why: str = ""
 
 
 @dataclass(frozen=True)
@@ -120,6 +139,10 @@ class EmulatedSite(BlockScheduler):
         self._lock = threading.RLock()
         self._wake = threading.Event()
         self._closed = False
+        # When snapshots were served (the provider's looks at the queue): a reclaim is judged
+        # against the last one before it (see _foresight).
+        self._last_look: float | None = None
+        self._look_gaps: list[float] = []
         # The lifeline: every node wrapper holds the read end; when this process dies the
         # write end closes and the wrappers kill their groups.
         self._life_r, self._life_w = os.pipe()
@@ -151,7 +174,8 @@ class EmulatedSite(BlockScheduler):
         with self._lock:
             self.queries["snapshot"] += 1
             now = time.time()
-            self._advance(now)
+            self._advance(now)  # a reclaim in here is judged against the previous look
+            self._look(now)
             nodes = [
                 Node(n, NodeState.ALLOCATED if self._holder(n) else NodeState.IDLE)
                 for n in self.node_names
@@ -268,8 +292,20 @@ class EmulatedSite(BlockScheduler):
 
     @property
     def reclaim_count(self) -> int:
-        """Blocks killed because a native job needed their nodes."""
+        """Blocks killed because a native job needed their nodes (missed or unforeseeable)."""
         return len(self.reclaims)
+
+    @property
+    def missed_count(self) -> int:
+        """Reclaims the provider could have prevented: yields it missed."""
+        return sum(r.foreseeable for r in self.reclaims)
+
+    @property
+    def unforeseeable_count(self) -> int:
+        """Reclaims no yield could have prevented: the start became possible after the last
+        snapshot, less than one poll before it (on a real machine the native would have waited
+        for the yield instead, within the provider's documented bound)."""
+        return len(self.reclaims) - self.missed_count
 
     def node_counts(self) -> NodeCounts:
         """How many nodes natives hold, blocks hold, and are idle, now."""
@@ -395,6 +431,7 @@ class EmulatedSite(BlockScheduler):
         spare = [n for n in free if n not in self._block_on]
         taken = spare[: job.size]
         if len(taken) < job.size:
+            foreseeable, why = self._foresight(job)
             victims = sorted(
                 {self._block_on[n] for n in free if n in self._block_on},
                 key=lambda j: (self._blocks[j].deadline, j),
@@ -403,13 +440,16 @@ class EmulatedSite(BlockScheduler):
                 if len(taken) >= job.size:
                     break
                 block = self._blocks[job_id]
-                self.reclaims.append(Reclaim(job.job_id, job_id, block.nodes, job.start))
+                self.reclaims.append(
+                    Reclaim(job.job_id, job_id, block.nodes, job.start, foreseeable, why)
+                )
                 logger.warning(
-                    "native job %s reclaims nodes %s: block %s killed (a yield the provider "
-                    "missed)",
+                    "native job %s reclaims nodes %s: block %s killed (%s: %s)",
                     job.job_id,
                     ",".join(block.nodes),
                     job_id,
+                    "a yield the provider missed" if foreseeable else "unforeseeable",
+                    why,
                 )
                 reason = f"reclaimed by native job {job.job_id}"
                 self._end_block(block, JobState.PREEMPTED, job.start, reason, now)
@@ -429,6 +469,75 @@ class EmulatedSite(BlockScheduler):
                 del self._block_on[node]
         block.finish(state, at, reason, now + self.settings.kill_grace_s)
         logger.info("emulated block %s: %s (%s)", block.job_id, state.value, reason)
+
+    # ------------------------------------------------------------------------ foresight
+
+    def _look(self, now: float) -> None:
+        if self._last_look is not None:
+            self._look_gaps = [*self._look_gaps[1 - LOOK_GAPS :], now - self._last_look]
+        self._last_look = now
+
+    def _allowed_at(self, job: NativeJob, at: float) -> bool:
+        """Whether the queue as shown at ``at`` allowed ``job`` to start by its start: it was
+        queued, and the natives running then, each held to its limit, left enough nodes.
+
+        Queued natives ahead of it are not planned in, and our blocks' nodes count as free
+        (a yield frees them): both make a start look allowed sooner, so a reclaim is called
+        unforeseeable only when no plan from that queue could have started the job in time.
+        """
+        if job.queued > at:
+            return False
+        held = sum(
+            o.size
+            for o in self._natives
+            if o is not job
+            and o.start <= at < o.end
+            and o.start + o.limit_s > job.start + LIMIT_TOLERANCE_S
+        )
+        return self.settings.nodes - held >= job.size
+
+    def _foresight(self, job: NativeJob) -> tuple[bool, str]:
+        """Could a yield have freed ``job``'s nodes in time? ``(foreseeable, why)``.
+
+        Foreseeable when the last snapshot before the start (the provider's last look) already
+        allowed it (:meth:`_allowed_at`), or when that look is older than the provider's poll
+        (the longest of the recent gaps between looks: a poll that came late missed it); with
+        no look at all, when the queue just before the start allowed it. Otherwise an arrival
+        or an early end after the last look, less than one poll before the start, made it
+        possible: no poll could have seen it before the native needed the nodes.
+        """
+        start = job.start
+        look = self._last_look
+        at = look if look is not None else start - LIMIT_TOLERANCE_S
+        if self._allowed_at(job, at):
+            seen = f"snapshot at {at - start:+.2f} s" if look is not None else "its queue"
+            return True, (
+                f"the {seen} showed it queued with {job.size} node(s) free by its start "
+                "(running natives held to their limits)"
+            )
+        poll = max(self._look_gaps, default=0.0)
+        if look is not None and start - look > poll * (1 + LOOK_SLACK) + LIMIT_TOLERANCE_S:
+            return True, (
+                f"no snapshot in the {start - look:.2f} s before its start, longer than a "
+                f"poll ({poll:.2f} s)"
+            )
+        causes = []
+        if look is None or job.queued > look:
+            causes.append(f"it was queued {start - job.queued:.2f} s before its start")
+        for o in self._natives:
+            limit_end = o.start + o.limit_s
+            if at < o.end <= start + LIMIT_TOLERANCE_S and o.end < limit_end - LIMIT_TOLERANCE_S:
+                causes.append(
+                    f"native job {o.job_id} ended {start - o.end:.2f} s before this start, "
+                    f"{limit_end - o.end:.2f} s before its limit"
+                )
+        when = (
+            f"after the last snapshot ({start - at:.2f} s before its start), which showed no "
+            "room for it by its start"
+            if look is not None
+            else "with no snapshot taken before it"
+        )
+        return False, f"{'; '.join(causes) or 'the queue changed'}, {when}"
 
     # ------------------------------------------------------------------------- helpers
 
