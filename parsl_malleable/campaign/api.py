@@ -4,8 +4,8 @@ The spec is what a campaign file holds: a mapping as ``yaml.safe_load`` would gi
 :class:`~.spec.Campaign`, or the path of a file. It is checked exactly as ``parsl-malleable run``
 checks a file (:func:`~.spec.parse_campaign`, then every app imported and its arguments bound),
 trained by the same :class:`~.runner.CampaignRunner` into ``output``, and the results written
-as ``run`` writes them (``results.csv``, ``results.parquet``, ``gantt.png``, ``nodes.png``); the
-results table comes back as a :class:`pandas.DataFrame`.
+as ``run`` writes them (``results.csv``, ``results.parquet``, ``gantt.png``, ``nodes.png``,
+``startup.csv``); the results table comes back as a :class:`pandas.DataFrame`.
 
 A spec given as data owns its output folder while its content stays the same (see
 :class:`~.store.CampaignIdentity`): calling again with the same spec resumes there (finished
@@ -148,6 +148,8 @@ def run_campaign(
             f"{len(outcome.failed)} failed of {len(runner.entries)}",
             flush=True,
         )
+        for line in _summary(folder):
+            print(f"  {line}", flush=True)
     return frame
 
 
@@ -176,6 +178,19 @@ def _write(folder: Path) -> tuple[pd.DataFrame, list[Path]]:
             matplotlib.use(backend)
 
 
+def _summary(folder: Path) -> list[str]:
+    """What ``run`` prints at its end about the campaign in ``folder``: node-time (training
+    counted in steps) and the median start-up per phase (:func:`~.results.summary_lines`)."""
+    from parsl_malleable.campaign.results import summary_lines
+    from parsl_malleable.campaign.store import CampaignStore
+
+    store = CampaignStore(folder, read_only=True)
+    try:
+        return summary_lines(store)
+    finally:
+        store.close()
+
+
 def _progress_printer() -> Callable[[CampaignRunner], None]:
     last = [0.0]
 
@@ -186,7 +201,7 @@ def _progress_printer() -> Callable[[CampaignRunner], None]:
         rows = runner.store.jobs()
         done = sum(1 for r in rows if r.status in ("done", "failed"))
         site = runner.last_site
-        nodes = f"{site.harvested} harvested, {site.training} training" if site else "no nodes yet"
+        nodes = site.harvest_text() if site else "no nodes yet"
         print(
             f"{time.time() - runner.started:6.0f} s: {done}/{len(rows)} jobs ended; {nodes}",
             flush=True,

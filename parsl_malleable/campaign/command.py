@@ -133,7 +133,7 @@ def run_file(
     anything starts (``retry`` marks its jobs waiting there); a
     :class:`~parsl_malleable.errors.ConfigError` it raises is the command's error."""
     from parsl_malleable.campaign.display import live_table
-    from parsl_malleable.campaign.results import write_results
+    from parsl_malleable.campaign.results import summary_lines, write_results
     from parsl_malleable.campaign.runner import CampaignRunner
     from parsl_malleable.campaign.spec import load_campaign
     from parsl_malleable.campaign.terminal import terminal_handler
@@ -204,6 +204,7 @@ def run_file(
         store = CampaignStore(folder)
         try:
             files = write_results(store, folder)
+            summary = summary_lines(store)
         finally:
             store.close()
     except StateStoreError as exc:
@@ -223,6 +224,8 @@ def run_file(
             console.print(f"  {runner.stop_reason}", markup=False, soft_wrap=True)
         if runner.run_dir is not None:
             console.print(f"  Parsl run directory {runner.run_dir}")
+        for line in summary:  # the harvest, training in steps, and the median start-up
+            console.print(f"  {line}", markup=False, soft_wrap=True)
     for path in files:
         console.print(f"  wrote {path}")
     if outcome.failed and outcome.outcome != "nothing to do":
@@ -294,7 +297,7 @@ def _summary_line(runner: CampaignRunner) -> str:
     rows = runner.store.jobs()
     done = sum(1 for r in rows if r.status == "done")
     site = runner.last_site
-    nodes = f"{site.harvested} harvested, {site.training} training" if site else "no snapshot yet"
+    nodes = site.harvest_text() if site else "no snapshot yet"
     return f"{time.time() - runner.started:6.0f} s: {done}/{len(rows)} jobs done; {nodes}"
 
 
@@ -305,6 +308,7 @@ def status(folder: Path, as_json: bool) -> None:
     """Summarise the campaign in FOLDER, while it runs or after."""
     from parsl_malleable.campaign.display import best_text, status_table
     from parsl_malleable.campaign.driver_lock import driver_running
+    from parsl_malleable.campaign.results import node_time, startup_medians, summary_lines
     from parsl_malleable.campaign.store import CampaignStore
 
     try:
@@ -320,6 +324,9 @@ def status(folder: Path, as_json: bool) -> None:
         outcome = store.meta(f"run{runs}_outcome")
         live = driver_running(folder)
         owner = store.owner()
+        spent = node_time(store)
+        startups = store.node_startups()
+        summary = summary_lines(store)
         meta = {
             "campaign_file": store.meta("campaign_file"),
             # Which campaign the folder belongs to (None: written before folders recorded it).
@@ -347,6 +354,22 @@ def status(folder: Path, as_json: bool) -> None:
                         if best
                         else None
                     ),
+                    # Training counted in steps; None where no sample counted them.
+                    "node_time": {
+                        "harvested_s": spent.harvested,
+                        "idle_s": spent.idle,
+                        "assigned_s": spent.assigned,
+                        "stepping_s": spent.stepping if spent.measured_intervals else None,
+                        "steps_not_counted_s": spent.unmeasured,
+                        "harvest_fraction": spent.harvest_fraction,
+                        "training_fraction": spent.training_fraction,
+                        "assigned_fraction": spent.assigned_fraction,
+                    },
+                    "startup_median_s": {
+                        phase: (value[0] if value else None)
+                        for phase, value in startup_medians(startups).items()
+                    },
+                    "startup_nodes": len(startups),
                     "jobs": [
                         {
                             "name": r.name,
@@ -369,6 +392,8 @@ def status(folder: Path, as_json: bool) -> None:
     console.print(
         status_table(rows, meta, progress, best=best_text(best, metric), width=console.width)
     )
+    for line in summary:
+        console.print(line, markup=False)
 
 
 def _progress_json(row: JobRow, progress: JobProgress | None) -> dict[str, Any]:

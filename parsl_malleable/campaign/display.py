@@ -83,6 +83,28 @@ def status_counts(statuses: Sequence[str]) -> str:
     return ", ".join(f"{counts[s]} {s}" for s in shown)
 
 
+def site_caption(site: Any, harvest: float | None, training: float | None) -> str:
+    """``nodes: 2 native, 12 harvested (10 with ranks, 8.4 stepping), 1 idle of 15; harvest
+    fraction 75%, in training steps 61% of harvested``: ``site`` a
+    :class:`~.sample.SiteCounts` (None before the first snapshot); "with ranks" counts the
+    nodes given to jobs, starting ranks included, "stepping" the mean number of nodes in
+    training steps over the last sample interval."""
+    if site is None:
+        text = "nodes: waiting for the first snapshot"
+    else:
+        stepping = (
+            f"{site.stepping:.1f} stepping" if site.stepping is not None else "steps not counted"
+        )
+        text = (
+            f"nodes: {site.native} native, {site.harvested} harvested ({site.assigned} with "
+            f"ranks, {stepping}), {site.idle} idle of {site.total}"
+        )
+    shares = [f"harvest fraction {harvest:.0%}"] if harvest is not None else []
+    if training is not None:
+        shares.append(f"in training steps {training:.0%} of harvested")
+    return text + (f"; {', '.join(shares)}" if shares else "")
+
+
 def live_table(runner: Any, width: int | None = None) -> Table:
     """Jobs done/running/waiting, nodes now, samples/s per job, harvest fraction; fitted to
     ``width`` columns (see :func:`fitted_table`) when given."""
@@ -91,15 +113,12 @@ def live_table(runner: Any, width: int | None = None) -> Table:
     statuses = [live_status(r, runner.last_jobs.get(r.name), progress.get(r.name)) for r in rows]
     site = runner.last_site
     fraction = runner.harvest_fraction
+    # A stand-in runner (a notebook's, a test's) may not count steps: then none is said.
+    training = getattr(runner, "training_fraction", None)
     title = (
         f"run {runner.run}  {time.time() - runner.started:5.0f} s  jobs: {status_counts(statuses)}"
     )
-    caption = (
-        f"nodes: {site.native} native, {site.harvested} harvested ({site.training} training), "
-        f"{site.idle} idle of {site.total}"
-        if site
-        else "nodes: waiting for the first snapshot"
-    ) + (f"; harvest fraction {fraction:.0%}" if fraction is not None else "")
+    caption = site_caption(site, fraction, training)
     why = [text for status, text in _WHY.items() if status in statuses]
     if why:
         caption += "\n" + "; ".join(why)
@@ -300,6 +319,7 @@ __all__ = [
     "live_status",
     "live_table",
     "progress_text",
+    "site_caption",
     "status_counts",
     "status_table",
 ]

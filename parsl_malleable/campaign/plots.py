@@ -15,8 +15,9 @@ import matplotlib
 matplotlib.use("Agg")  # files only: the driver may run on a login node with no display
 import matplotlib.pyplot as plt
 
+from parsl_malleable.campaign.sample import SiteSample, stepping_nodes
+
 JobSample = tuple[float, int, str, int, int, float | None, str]
-SiteSample = tuple[float, int, int, int, int, int, int]
 
 # One hue per job, not tab20's dark and light pairs (two jobs in shades of one hue read as
 # one): tab10 with its brown (a darker red) and grey (no hue) swapped for an indigo and a sea
@@ -167,8 +168,16 @@ def plot_curves(
 # A sample stands for the time until the next one (1 s apart). Farther apart than this, or in
 # another run, nobody sampled in between: a dead or stopped driver, drawn as a gap.
 GAP_S = 10.0
-NODE_COLOURS = ["#9e9e9e", "#2e7d32", "#a5d6a7", "#ffcc80"]
-NODE_LABELS = ["native jobs", "harvested: training", "harvested: not training", "idle"]
+NODE_COLOURS = ["#9e9e9e", "#2e7d32", "#a5d6a7", "#cfd8dc", "#e8f5e9", "#ffcc80"]
+NODE_LABELS = [
+    "native jobs",
+    "harvested: in training steps",
+    "harvested: ranks, no step (starting, rescaling, draining)",
+    "harvested: ranks, steps not counted",
+    "harvested: no job",
+    "idle",
+]
+UNCOUNTED = 3  # the layer of samples written before steps were counted: labelled only if any
 
 
 def node_segments(samples: Sequence[SiteSample], gap_s: float = GAP_S) -> list[list[SiteSample]]:
@@ -197,6 +206,9 @@ def draw_nodes(ax: plt.Axes, samples: Sequence[SiteSample], started: float) -> l
     empty); the artists drawn."""
     drawn: list[Any] = []
     previous_end: float | None = None
+    labels = list(NODE_LABELS)
+    if all(s[7] is not None for s in samples):
+        labels[UNCOUNTED] = "_nolegend_"  # every sample counted steps: no such layer to name
     for i, segment in enumerate(node_segments(samples)):
         if previous_end is not None and segment[0][0] - started > previous_end:
             ax.axvspan(
@@ -211,16 +223,23 @@ def draw_nodes(ax: plt.Axes, samples: Sequence[SiteSample], started: float) -> l
         end = _segment_end(segment) - started
         previous_end = end
         t = [s[0] - started for s in segment] + [end]
-        rows = [
-            [s[3] for s in segment],
-            [s[5] for s in segment],
-            [s[4] - s[5] for s in segment],
-            [s[6] for s in segment],
-        ]
+        # Nodes in steps are a mean over each interval; ranks can step on a node the
+        # controller has just taken back (until their commit), so no layer goes below zero.
+        stepping = stepping_nodes(segment)
+        rows: list[list[float]] = [[], [], [], [], [], []]
+        for sample, nodes in zip(segment, stepping, strict=True):
+            assigned = float(sample[5])
+            counted = min(assigned, nodes) if nodes is not None else 0.0
+            rows[0].append(float(sample[3]))
+            rows[1].append(counted)
+            rows[2].append(assigned - counted if nodes is not None else 0.0)
+            rows[UNCOUNTED].append(assigned if nodes is None else 0.0)
+            rows[4].append(float(sample[4] - sample[5]))
+            rows[5].append(float(sample[6]))
         drawn += ax.stackplot(
             t,
             *[row + row[-1:] for row in rows],  # step="post": the last value lasts to `end`
-            labels=NODE_LABELS if i == 0 else ["_nolegend_"] * len(NODE_LABELS),
+            labels=labels if i == 0 else ["_nolegend_"] * len(labels),
             colors=NODE_COLOURS,
             step="post",
         )
@@ -228,17 +247,27 @@ def draw_nodes(ax: plt.Axes, samples: Sequence[SiteSample], started: float) -> l
 
 
 def plot_nodes(
-    samples: Sequence[SiteSample], started: float, fraction: float | None, path: Path
+    samples: Sequence[SiteSample],
+    started: float,
+    fraction: float | None,
+    path: Path,
+    *,
+    training: float | None = None,
 ) -> Path:
-    """Stacked nodes over time: native, training, harvested but not training, idle; blank
-    where no driver ran (between a killed run and its resume)."""
+    """Stacked nodes over time: native; harvested in training steps, holding ranks that made
+    no step, held by no job; idle; blank where no driver ran (between a killed run and its
+    resume). ``fraction`` (the harvest fraction) and ``training`` (node-seconds in steps /
+    harvested) go in the title when known."""
     fig, ax = plt.subplots(figsize=(10, 3.6))
     if samples:
         draw_nodes(ax, samples, started)
         ax.set_ylim(0, max(s[2] for s in samples))
         ax.set_xlim(left=0)
         _run_starts(ax, [(s[0], s[1]) for s in samples], started)
-    share = f" (harvest fraction {fraction:.0%})" if fraction is not None else ""
+    shares = [f"harvest fraction {fraction:.0%}"] if fraction is not None else []
+    if training is not None:
+        shares.append(f"in training steps {training:.0%} of harvested")
+    share = f"\n({', '.join(shares)})" if shares else ""  # its own line: the legend takes room
     ax.set_title("the site's nodes over time" + share)
     ax.set_xlabel("seconds since the campaign started")
     ax.set_ylabel("nodes")

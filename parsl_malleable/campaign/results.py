@@ -13,20 +13,34 @@
   installed (:mod:`~parsl_malleable.campaign.tensorboard_events`);
 * ``curves.png``: the campaign's metric (else the most reported one) against the step, per job;
 * ``gantt.png``: which job trained on which node over time (from the 1 s samples);
-* ``nodes.png``: the site's nodes over time: native, harvested and training, harvested but idle
-  for training, idle; the harvest fraction is harvested / (harvested + idle) node-seconds.
+* ``nodes.png``: the site's nodes over time: native; harvested, split into in training steps,
+  holding ranks that made no step (starting, paused for a rescale, draining), and held by no
+  job; idle. The harvest fraction is harvested / (harvested + idle) node-seconds;
+* ``startup.csv``: one row per node that reached a first training step (per run and block):
+  the seconds of each phase of its start-up (:func:`startup_frame`).
+
+The training fraction (:func:`training_fraction`) counts steps: node-seconds in the ranks'
+training steps / harvested node-seconds. What was counted before, node-seconds of nodes given to
+a job (its ranks starting included), is :func:`assigned_fraction`.
 """
 
 from __future__ import annotations
 
+import statistics
 from collections import Counter
+from dataclasses import dataclass
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from parsl_malleable.campaign.store import CampaignStore, MetricSummary
+from parsl_malleable.campaign.store import (
+    STARTUP_PHASES,
+    CampaignStore,
+    MetricSummary,
+    NodeStartupRow,
+)
 from parsl_malleable.campaign.tensorboard_events import write_event_files
 from parsl_malleable.private_files import private_dir, write_private_bytes
 
@@ -119,33 +133,164 @@ def write_metrics(store: CampaignStore, output: Path) -> list[Path]:
     return written
 
 
-def harvest_fraction(store: CampaignStore) -> float | None:
-    """Harvested / (harvested + idle) node-seconds over every sample of every run."""
-    samples = store.site_samples()
-    harvested = idle = 0.0
-    for a, b in pairwise(samples):
+@dataclass(frozen=True)
+class NodeTime:
+    """Node-seconds over every sample interval of every run (the gap between two runs is no
+    interval): ``harvested`` (in our blocks), ``idle`` (nobody's), ``assigned`` (given to a
+    job: its ranks there, starting ones included), ``stepping`` (in the ranks' training steps,
+    over the intervals whose steps were counted), and ``unmeasured``: harvested node-seconds
+    of intervals whose steps were not counted (samples written before they were)."""
+
+    harvested: float = 0.0
+    idle: float = 0.0
+    assigned: float = 0.0
+    stepping: float = 0.0
+    unmeasured: float = 0.0
+    measured_intervals: int = 0
+
+    @property
+    def harvest_fraction(self) -> float | None:
+        """Harvested / (harvested + idle)."""
+        total = self.harvested + self.idle
+        return self.harvested / total if total > 0 else None
+
+    @property
+    def assigned_fraction(self) -> float | None:
+        """Assigned / harvested: the share of harvested node-time given to jobs."""
+        return self.assigned / self.harvested if self.harvested > 0 else None
+
+    @property
+    def training_fraction(self) -> float | None:
+        """Stepping / harvested, over the intervals whose steps were counted; None when no
+        interval's were (the campaign's samples predate step counting) or nothing was
+        harvested in them."""
+        measured = self.harvested - self.unmeasured
+        if self.measured_intervals == 0 or measured <= 0:
+            return None
+        return self.stepping / measured
+
+
+def node_time(store: CampaignStore) -> NodeTime:
+    """The campaign's :class:`NodeTime` from its site samples. A sample's counts stand for the
+    time until the next sample of its run; the stepping node-seconds of that interval are the
+    ones the next sample recorded (counted up to it)."""
+    harvested = idle = assigned = stepping = unmeasured = 0.0
+    measured = 0
+    for a, b in pairwise(store.site_samples()):
         if a[1] != b[1]:
             continue  # the gap between two runs is no sample interval
         dt = b[0] - a[0]
         harvested += a[4] * dt
         idle += a[6] * dt
-    total = harvested + idle
-    return harvested / total if total > 0 else None
+        assigned += a[5] * dt
+        if b[7] is None:
+            unmeasured += a[4] * dt
+        else:
+            stepping += b[7]
+            measured += 1
+    return NodeTime(harvested, idle, assigned, stepping, unmeasured, measured)
+
+
+def harvest_fraction(store: CampaignStore) -> float | None:
+    """Harvested / (harvested + idle) node-seconds over every sample of every run."""
+    return node_time(store).harvest_fraction
 
 
 def training_fraction(store: CampaignStore) -> float | None:
-    """Training / harvested node-seconds over every sample of every run: how much of the
-    node-time held in blocks had a job's ranks on it (start-up, drains and nodes no job
-    wanted are the rest)."""
-    samples = store.site_samples()
-    harvested = training = 0.0
-    for a, b in pairwise(samples):
-        if a[1] != b[1]:
-            continue
-        dt = b[0] - a[0]
-        harvested += a[4] * dt
-        training += a[5] * dt
-    return training / harvested if harvested > 0 else None
+    """Node-seconds in training steps / harvested node-seconds over every sample of every run
+    whose steps were counted (the ranks' own steps, from the controller's phase log: start-up,
+    rescale pauses, drains and nodes no job wanted are the rest); None when no sample's steps
+    were counted (a campaign run before they were)."""
+    return node_time(store).training_fraction
+
+
+def assigned_fraction(store: CampaignStore) -> float | None:
+    """Node-seconds of nodes given to a job (its ranks there or starting) / harvested
+    node-seconds: what the training fraction was before it counted steps."""
+    return node_time(store).assigned_fraction
+
+
+STARTUP_COLUMNS = [
+    "run",
+    "block",
+    "node",
+    "first_step_at_s",
+    *STARTUP_PHASES,
+    "idle_to_first_step_s",
+]
+# How the end summary names each phase.
+PHASE_NAMES = {
+    "queued_s": "queued",
+    "worker_start_s": "worker start",
+    "rank_start_s": "rank start",
+    "first_step_s": "first step",
+    "idle_to_first_step_s": "idle -> first step",
+}
+
+
+def startup_frame(rows: list[NodeStartupRow], started: float | None) -> pd.DataFrame:
+    """One row per node that reached a first step (``startup.csv``): run, block, node,
+    ``first_step_at_s`` (since the campaign's first start), then the seconds of each phase:
+    ``queued_s`` (block submitted -> running), ``worker_start_s`` (running -> the node's
+    worker registered), ``rank_start_s`` (worker -> its rank joined the job),
+    ``first_step_s`` (joined -> first step), ``idle_to_first_step_s`` (the node seen idle ->
+    first step, blank where the driver did not see it go idle); blank where a stamp is
+    missing."""
+    records = [
+        {
+            "run": r.run,
+            "block": r.block,
+            "node": r.node,
+            "first_step_at_s": r.first_step - started if started is not None else None,
+            **r.seconds(),
+        }
+        for r in rows
+    ]
+    return pd.DataFrame(records, columns=STARTUP_COLUMNS)
+
+
+def startup_medians(rows: list[NodeStartupRow]) -> dict[str, tuple[float, int] | None]:
+    """Per phase (``queued_s`` ... ``idle_to_first_step_s``): the median seconds and how many
+    nodes had the phase stamped; None for a phase no node had."""
+    out: dict[str, tuple[float, int] | None] = {}
+    for phase in PHASE_NAMES:
+        values = [v for r in rows if (v := r.seconds()[phase]) is not None]
+        out[phase] = (statistics.median(values), len(values)) if values else None
+    return out
+
+
+def summary_lines(store: CampaignStore) -> list[str]:
+    """What the end of a run says about the site's node-time and the start-ups: the harvest
+    and training fractions (training counted in steps, beside the share given to jobs), and
+    the median seconds of each start-up phase."""
+    spent = node_time(store)
+    lines = []
+    harvest, training = spent.harvest_fraction, spent.training_fraction
+    if spent.harvested > 0 and harvest is not None:
+        text = f"node-time: harvested {harvest:.0%} of idle; "
+        if training is None:
+            text += "training in steps not counted (samples from before steps were counted)"
+        else:
+            text += f"training (in steps) {training:.1%} of harvested"
+        text += f", nodes given to jobs {spent.assigned / spent.harvested:.1%}"
+        if spent.unmeasured > 0 and training is not None:
+            share = spent.unmeasured / spent.harvested
+            text += f" (steps not counted in {share:.0%} of the harvested node-time)"
+        lines.append(text)
+    rows = store.node_startups()
+    if rows:
+        medians = startup_medians(rows)
+        parts = [
+            f"{PHASE_NAMES[phase]} {value[0]:.1f} s"
+            for phase, value in medians.items()
+            if value is not None and phase != "idle_to_first_step_s"
+        ]
+        text = f"start-up, median of {len(rows)} node(s): " + ", ".join(parts)
+        idle = medians["idle_to_first_step_s"]
+        if idle is not None:
+            text += f"; idle -> first step {idle[0]:.1f} s (n={idle[1]})"
+        lines.append(text)
+    return lines
 
 
 def write_results(store: CampaignStore, output: Path) -> list[Path]:
@@ -172,10 +317,36 @@ def write_results(store: CampaignStore, output: Path) -> list[Path]:
         if series:
             jobs = [row.name for row in store.jobs()]
             written.append(plot_curves(series, shown, jobs, output / "curves.png"))
+    spent = node_time(store)
     written.append(
-        plot_nodes(store.site_samples(), started, harvest_fraction(store), output / "nodes.png")
+        plot_nodes(
+            store.site_samples(),
+            started,
+            spent.harvest_fraction,
+            output / "nodes.png",
+            training=spent.training_fraction,
+        )
     )
+    startup = output / "startup.csv"
+    # Written even when no node reached a step: the folder always says what start-up cost.
+    frame = startup_frame(store.node_startups(), store.started_at)
+    write_private_bytes(startup, frame.to_csv(index=False).encode())
+    written.append(startup)
     return written
 
 
-__all__ = ["harvest_fraction", "results_frame", "write_metrics", "write_results"]
+__all__ = [
+    "PHASE_NAMES",
+    "STARTUP_COLUMNS",
+    "NodeTime",
+    "assigned_fraction",
+    "harvest_fraction",
+    "node_time",
+    "results_frame",
+    "startup_frame",
+    "startup_medians",
+    "summary_lines",
+    "training_fraction",
+    "write_metrics",
+    "write_results",
+]

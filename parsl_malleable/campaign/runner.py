@@ -48,13 +48,18 @@ from parsl_malleable.campaign.spec import (
     resolve_app,
     site_capacity,
 )
-from parsl_malleable.campaign.store import CampaignIdentity, CampaignStore, FolderNote
+from parsl_malleable.campaign.store import (
+    CampaignIdentity,
+    CampaignStore,
+    FolderNote,
+    NodeStartupRow,
+)
 from parsl_malleable.campaign.tmpdir_check import check_tmpdir_fits
 from parsl_malleable.errors import ConfigError, MalleableError
 from parsl_malleable.harvest.site_profile import SiteProfile, load_profile, profile_from_mapping
 from parsl_malleable.logs import remove_logger, set_file_logger
 from parsl_malleable.private_files import private_dir
-from parsl_malleable.snapshot import Snapshot
+from parsl_malleable.snapshot import NodeState, Snapshot
 from parsl_malleable.watchdog import driver_watchdog
 
 if TYPE_CHECKING:  # imports Optuna: only a campaign with searches loads it
@@ -228,6 +233,13 @@ class CampaignRunner:
         self.last_site: SiteCounts | None = None
         self.harvested_s = 0.0
         self.idle_s = 0.0
+        # Node-seconds in training steps this run (None: the controller counts no steps), and
+        # the controller's total when last recorded (its phase log counts from its start).
+        self.stepping_s: float | None = 0.0
+        self._stepping_seen = 0.0
+        self._stepping_at: float | None = None  # when the last site row was recorded
+        self._startups_seen = -1  # the phase log's first steps when start-ups were last kept
+        self._idle_watch = IdleWatch()
         self._rescales_seen: dict[str, int] = {}
         self._finished: set[str] = set()
         self._site_size_checked = False
@@ -392,7 +404,9 @@ class CampaignRunner:
                 controller = configure(htex, settings=settings)
                 for name in todo:
                     self._submit(name)
-                return self._loop(controller, provider)
+                outcome = self._loop(controller, provider)
+                self._keep_startups(controller, every=True)  # what came since the last sample
+                return outcome
         finally:
             provider.close()
             parsl.clear()
@@ -492,13 +506,26 @@ class CampaignRunner:
             )
 
     def _note_reclaims(self, provider: Any) -> None:
-        """The emulated site counts blocks it had to kill for a native job (a missed yield)."""
-        count = getattr(provider.scheduler, "reclaim_count", None)
+        """The emulated site counts blocks it had to kill for a native job, in two kinds: a
+        yield the provider missed (its last snapshot allowed the native's start) and an
+        unforeseeable start (an arrival or early end after it; docs/schedulers.md)."""
+        site = provider.scheduler
+        count = getattr(site, "reclaim_count", None)
         if count is None or self.store is None:
             return
+        missed = int(getattr(site, "missed_count", count))
+        unforeseeable = int(getattr(site, "unforeseeable_count", 0))
         self.store.set_meta(f"run{self.run}_reclaims", str(count))
-        if count:
-            logger.warning("%d block(s) were reclaimed by native jobs (a yield came late)", count)
+        self.store.set_meta(f"run{self.run}_reclaims_missed", str(missed))
+        self.store.set_meta(f"run{self.run}_reclaims_unforeseeable", str(unforeseeable))
+        if missed:
+            logger.warning("%d block(s) were reclaimed by native jobs: yields came late", missed)
+        if unforeseeable:
+            logger.info(
+                "%d block(s) were reclaimed by native jobs no poll could foresee (an arrival "
+                "or an early end after the last poll)",
+                unforeseeable,
+            )
 
     def _submit(self, name: str) -> None:
         from parsl_malleable.app import malleable_app
@@ -573,13 +600,78 @@ class CampaignRunner:
         for name, job in self.jobs.items():
             if name not in self._finished:
                 self._take_metrics(name, job)
-        training = sum(s["nodes"] for s in jobs.values())
-        site = site_counts(provider.last_snapshot, training)
+        assigned = sum(s["nodes"] for s in jobs.values())
+        snapshot = provider.last_snapshot
+        total = self._training_total(controller)
+        stepping = None if total is None else self._stepping_since(total)
+        # Counted from the last recorded row: time before the first snapshot (no row) goes
+        # into the first row's interval, so no step is lost.
+        interval = now - self._stepping_at if self._stepping_at is not None else dt
+        site = site_counts(snapshot, assigned, stepping, interval)
         if site is not None:
             self.harvested_s += site.harvested * dt
             self.idle_s += site.idle * dt
+            if total is not None:
+                self._stepping_seen = total
+            self._stepping_at = now
+            if site.stepping_s is not None and self.stepping_s is not None:
+                self.stepping_s += site.stepping_s
+            self._idle_watch.see(snapshot)
         self.last_jobs, self.last_site = jobs, site
         self.store.record(now, self.run, dt, jobs, site.as_dict() if site else None)
+        self._keep_startups(controller)
+
+    def _training_total(self, controller: Any) -> float | None:
+        """Node-seconds the controller has counted in training steps since it started, from
+        the coordinators' epochs (:meth:`~parsl_malleable.controller.phases.PhaseLog.training_s`);
+        None for a controller that keeps no phase log (a test's stand-in): its samples record
+        no stepping figure rather than a made-up one, and the run says so once."""
+        phases = getattr(controller, "phases", None)
+        if phases is None:
+            if self.stepping_s is not None:
+                logger.warning(
+                    "the controller keeps no phase log: node-time in training steps is not "
+                    "counted in this run (its samples record none)"
+                )
+            self.stepping_s = None
+            return None
+        return float(phases.training_s())
+
+    def _stepping_since(self, total: float) -> float:
+        """Node-seconds in steps since the last recorded sample. The phase log forgets its
+        oldest blocks past its limit, which lowers its total: what was stepped in that interval
+        is then not known, and counted as nothing rather than below zero."""
+        return max(0.0, total - self._stepping_seen)
+
+    def _keep_startups(self, controller: Any, *, every: bool = False) -> None:
+        """Store the start-up of every node of this run that reached a first step, with when
+        the driver saw the node go idle, when a node reached one since the last call (all
+        rows again: a stamp may have come late), or always with ``every`` (the run's end);
+        nothing for a controller without a phase log."""
+        assert self.store is not None
+        phases = getattr(controller, "phases", None)
+        if phases is None:
+            return
+        stepped = phases.first_steps()
+        if stepped == self._startups_seen and not every:
+            return
+        self._startups_seen = stepped
+        rows = [
+            NodeStartupRow(
+                run=self.run,
+                block=s.block,
+                node=s.node,
+                submitted=s.submitted,
+                running=s.running,
+                worker=s.worker,
+                joined=s.joined,
+                first_step=s.first_step,
+                idle=self._idle_watch.idle_before(s.node, s.running or s.submitted, s.first_step),
+            )
+            for s in phases.startups()
+        ]
+        if rows:
+            self.store.record_startups(rows)
 
     def fail_jobs_larger_than_site(self, snapshot: Snapshot | None) -> list[str]:
         """At the first snapshot, when the site's node count is known: fail every job of this
@@ -698,10 +790,67 @@ class CampaignRunner:
         total = self.harvested_s + self.idle_s
         return self.harvested_s / total if total > 0 else None
 
+    @property
+    def training_fraction(self) -> float | None:
+        """Node-seconds in training steps / harvested node-seconds seen in this run (None
+        before anything was harvested, or when the controller counts no steps)."""
+        if self.stepping_s is None or self.harvested_s <= 0:
+            return None
+        return self.stepping_s / self.harvested_s
+
+
+SECOND = 1.0  # Slurm gives a job's start in whole seconds
+
+
+class IdleWatch:
+    """When each node went idle, as the provider's snapshots show it: a node's idle stretch
+    starts at the first snapshot that saw it idle after one that saw it busy (a node idle in
+    the run's first snapshot went idle at a time nobody saw), and ends at the first that saw
+    it held. The last few stretches of each node are kept, to date a start-up's idle."""
+
+    KEEP = 16  # stretches per node: a start-up is matched within seconds of its block
+
+    def __init__(self) -> None:
+        self._seen: set[str] = set()
+        self._since: dict[str, float | None] = {}  # idle now: since when (None: unknown)
+        self._ended: dict[str, list[tuple[float | None, float]]] = {}
+        self._last: float | None = None
+
+    def see(self, snapshot: Snapshot | None) -> None:
+        """Take a snapshot (the same one again changes nothing)."""
+        if snapshot is None or snapshot.now == self._last:
+            return
+        self._last = now = snapshot.now
+        ours = {n for job in snapshot.running if job.ours for n in job.nodes}
+        for node in snapshot.nodes:
+            idle = node.state is NodeState.IDLE and node.name not in ours
+            if idle and node.name not in self._since:
+                self._since[node.name] = now if node.name in self._seen else None
+            elif not idle and node.name in self._since:
+                stretches = self._ended.setdefault(node.name, [])
+                stretches.append((self._since.pop(node.name), now))
+                del stretches[: -self.KEEP]
+            self._seen.add(node.name)
+
+    def idle_before(self, node: str, taken: float | None, first_step: float) -> float | None:
+        """When ``node`` went idle before a block took it at ``taken`` (its scheduler start,
+        else its submission) and made its first step at ``first_step``: the start of the
+        first idle stretch that ended (was seen held) at or after ``taken``, if that stretch
+        began before it. None when not seen: no such stretch kept, or one whose start nobody
+        saw."""
+        if taken is None:
+            return None
+        for start, end in self._ended.get(node, []):
+            if end >= taken - SECOND:
+                ok = start is not None and start <= min(taken + SECOND, first_step)
+                return start if ok else None
+        return None
+
 
 __all__ = [
     "RUN_ENV",
     "CampaignRunner",
+    "IdleWatch",
     "RunOutcome",
     "campaign_identity",
     "check_parsl_options",

@@ -11,7 +11,15 @@ at most the last second of samples, never a finished job. Tables:
   the run that finished it, result (JSON), node-seconds and rescales so far;
 * ``job_samples``: per sample and job: nodes held, ranks, samples/s, the node names, the last
   committed step (the progress column and its ETA, :meth:`CampaignStore.progress`);
-* ``site_samples``: per sample: nodes native, harvested (in our blocks), training, idle;
+* ``site_samples``: per sample: nodes native, harvested (in our blocks), assigned (the column
+  is named ``training``, as before it was understood: nodes the controller gave to a job,
+  ranks still starting included), idle, and ``stepping_s``: the node-seconds spent in training
+  steps since the previous sample, from the ranks' own steps (the controller's phase log,
+  :mod:`parsl_malleable.controller.phases`); NULL in rows written before steps were counted, and
+  where the controller counts no steps;
+* ``node_startups``: one row per run, block and node that reached a first training step: when
+  the block was submitted and ran, the node's worker registered, its rank joined, its first
+  step, and (when the driver saw it) when the node went idle before the block took it;
 * ``job_metrics``: what each job's lead rank reported (``ctx.report``): one row per job, step
   and metric name, the value NULL for a NaN (SQLite keeps no NaN; infinities are kept). Each
   step holds the report of the timeline that was committed: :meth:`CampaignStore.record_metrics`
@@ -34,10 +42,12 @@ import os
 import sqlite3
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
+from parsl_malleable.campaign.sample import SiteSample
 from parsl_malleable.campaign.store_faults import damaged, fault, guarded
 from parsl_malleable.elastic.metric_book import MetricRecord
 from parsl_malleable.errors import ConfigError
@@ -68,7 +78,13 @@ CREATE TABLE IF NOT EXISTS job_samples (
 );
 CREATE TABLE IF NOT EXISTS site_samples (
     t REAL NOT NULL, run INTEGER NOT NULL, total INTEGER NOT NULL, native INTEGER NOT NULL,
-    harvested INTEGER NOT NULL, training INTEGER NOT NULL, idle INTEGER NOT NULL
+    harvested INTEGER NOT NULL, training INTEGER NOT NULL, idle INTEGER NOT NULL,
+    stepping_s REAL
+);
+CREATE TABLE IF NOT EXISTS node_startups (
+    run INTEGER NOT NULL, block TEXT NOT NULL, node TEXT NOT NULL, submitted REAL,
+    running REAL, worker REAL, joined REAL, first_step REAL NOT NULL, idle REAL,
+    PRIMARY KEY (run, block, node)
 );
 CREATE TABLE IF NOT EXISTS job_metrics (
     job TEXT NOT NULL, step INTEGER NOT NULL, key TEXT NOT NULL, value REAL,
@@ -185,6 +201,41 @@ class MetricSummary:
     nonfinite: int
 
 
+# The phases of a node's start-up in ``startup.csv``, each the seconds between two stamps.
+STARTUP_PHASES = ("queued_s", "worker_start_s", "rank_start_s", "first_step_s")
+
+
+@dataclass(frozen=True)
+class NodeStartupRow:
+    """When one node of a block got through each phase up to its first training step (Unix
+    seconds; None where the stamp is missing): ``submitted`` and ``running`` (the block's
+    scheduler job), ``worker`` (the node's agents registered), ``joined`` (its rank joined its
+    job), ``first_step``; ``idle``: when the driver first saw the node idle before the block
+    took it (None: not seen, such as a node idle since before the driver's first poll)."""
+
+    run: int
+    block: str
+    node: str
+    submitted: float | None
+    running: float | None
+    worker: float | None
+    joined: float | None
+    first_step: float
+    idle: float | None = None
+
+    def seconds(self) -> dict[str, float | None]:
+        """Seconds per phase: ``queued_s`` (submitted -> running), ``worker_start_s``
+        (running -> worker), ``rank_start_s`` (worker -> joined), ``first_step_s`` (joined ->
+        first step), and ``idle_to_first_step_s``; None where a stamp is missing."""
+        marks = [self.submitted, self.running, self.worker, self.joined, self.first_step]
+        out: dict[str, float | None] = {
+            name: (b - a) if a is not None and b is not None else None
+            for name, (a, b) in zip(STARTUP_PHASES, pairwise(marks), strict=True)
+        }
+        out["idle_to_first_step_s"] = self.first_step - self.idle if self.idle is not None else None
+        return out
+
+
 def summarise(series: list[tuple[int, float]], direction: str | None) -> MetricSummary:
     """The :class:`MetricSummary` of ``(step, value)`` pairs in step order; ``direction``
     ``max``, ``min`` or None (no best). NaN and infinities are never the best; the earliest
@@ -268,6 +319,10 @@ class CampaignStore:
         sampled = {row[1] for row in self.db.execute("PRAGMA table_info(job_samples)")}
         if "step" not in sampled:
             self.db.execute("ALTER TABLE job_samples ADD COLUMN step INTEGER")
+        site = {row[1] for row in self.db.execute("PRAGMA table_info(site_samples)")}
+        if "stepping_s" not in site:
+            # Old rows stay NULL: nobody counted their steps, and no figure is made up for them.
+            self.db.execute("ALTER TABLE site_samples ADD COLUMN stepping_s REAL")
 
     @guarded
     def close(self) -> None:
@@ -533,11 +588,14 @@ class CampaignStore:
         run: int,
         dt: float,
         jobs: dict[str, dict[str, Any]],
-        site: dict[str, int] | None,
+        site: dict[str, Any] | None,
     ) -> None:
         """One sample: per job ``nodes``, ``world``, ``rate``, ``node_names``, ``step`` (the
         last committed one, -1 before any), ``rescales`` (the total so far in this run);
-        ``dt`` seconds since the last sample (node-seconds)."""
+        ``dt`` seconds since the last sample (node-seconds). ``site``:
+        :meth:`~.sample.SiteCounts.as_dict` (``total``, ``native``, ``harvested``,
+        ``assigned``, ``idle``, ``stepping_s``: None where steps were not counted); a mapping
+        that names ``assigned`` ``training``, as callers did before, is taken too."""
         for name, info in jobs.items():
             self.db.execute(
                 "INSERT INTO job_samples(t, run, job, nodes, world, rate, node_names, step)"
@@ -566,17 +624,20 @@ class CampaignStore:
                 ),
             )
         if site is not None:
+            assigned = site["assigned"] if "assigned" in site else site["training"]
+            stepping = site.get("stepping_s")
             self.db.execute(
-                "INSERT INTO site_samples(t, run, total, native, harvested, training, idle)"
-                " VALUES(?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO site_samples(t, run, total, native, harvested, training, idle,"
+                " stepping_s) VALUES(?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     t,
                     run,
                     site["total"],
                     site["native"],
                     site["harvested"],
-                    site["training"],
+                    assigned,
                     site["idle"],
+                    None if stepping is None else float(stepping),
                 ),
             )
         self.db.commit()
@@ -615,11 +676,47 @@ class CampaignStore:
         return out
 
     @guarded
-    def site_samples(self) -> list[tuple[float, int, int, int, int, int, int]]:
-        """``(t, run, total, native, harvested, training, idle)`` in time order."""
-        return self.db.execute(
+    def site_samples(self) -> list[SiteSample]:
+        """``(t, run, total, native, harvested, assigned, idle, stepping_s)`` in time order
+        (:data:`~.sample.SiteSample`); ``stepping_s`` None where steps were not counted."""
+        try:
+            return self.db.execute(
+                "SELECT t, run, total, native, harvested, training, idle, stepping_s"
+                " FROM site_samples ORDER BY t"
+            ).fetchall()
+        except sqlite3.OperationalError as exc:
+            if "stepping_s" not in str(exc):
+                raise
+        # A folder from before steps were counted, opened read-only (so not migrated).
+        rows = self.db.execute(
             "SELECT t, run, total, native, harvested, training, idle FROM site_samples ORDER BY t"
         ).fetchall()
+        return [(*row, None) for row in rows]
+
+    # ------------------------------------------------------------------ start-ups
+
+    @guarded
+    def record_startups(self, rows: Iterable[NodeStartupRow]) -> None:
+        """Keep each node's start-up (one row per run, block and node; a row given again
+        replaces the stored one, so a stamp that came late is kept)."""
+        self.db.executemany(
+            "INSERT OR REPLACE INTO node_startups(run, block, node, submitted, running, worker,"
+            " joined, first_step, idle) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [astuple(r) for r in rows],  # the fields in the table's column order
+        )
+        self.db.commit()
+
+    @guarded
+    def node_startups(self) -> list[NodeStartupRow]:
+        """Every stored start-up, in the order of the first steps."""
+        try:
+            rows = self.db.execute(
+                "SELECT run, block, node, submitted, running, worker, joined, first_step, idle"
+                " FROM node_startups ORDER BY first_step, run, block, node"
+            ).fetchall()
+        except sqlite3.OperationalError:  # a folder from before start-ups, opened read-only
+            return []
+        return [NodeStartupRow(*row) for row in rows]
 
     # -------------------------------------------------------------------- metrics
 
@@ -731,6 +828,7 @@ class CampaignStore:
 
 
 __all__ = [
+    "STARTUP_PHASES",
     "STATUSES",
     "CampaignIdentity",
     "CampaignStore",
@@ -739,5 +837,6 @@ __all__ = [
     "JobProgress",
     "JobRow",
     "MetricSummary",
+    "NodeStartupRow",
     "summarise",
 ]

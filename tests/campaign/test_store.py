@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 
 from parsl_malleable.campaign.results import (
+    assigned_fraction,
     harvest_fraction,
     results_frame,
     training_fraction,
@@ -42,7 +43,7 @@ def test_samples_accumulate_node_seconds_rescales_and_first_start(tmp_path: Path
         run,
         1.0,
         {"a": training},
-        {"total": 4, "native": 1, "harvested": 2, "training": 2, "idle": 1},
+        {"total": 4, "native": 1, "harvested": 2, "assigned": 2, "idle": 1},
     )
     store.record(104.0, run, 2.0, {"a": {**training, "new_rescales": 0}}, None)
     row = store.jobs()[0]
@@ -56,22 +57,77 @@ def test_samples_accumulate_node_seconds_rescales_and_first_start(tmp_path: Path
 
 def test_harvest_fraction_skips_the_gap_between_runs(tmp_path: Path) -> None:
     store = CampaignStore(tmp_path)
-    site = {"total": 4, "native": 0, "training": 0}
+    site = {"total": 4, "native": 0, "assigned": 0}
     for t, run, harvested, idle in [(0, 1, 3, 1), (10, 1, 3, 1), (1000, 2, 0, 4), (1010, 2, 0, 4)]:
         store.record(t, run, 1.0, {}, {**site, "harvested": harvested, "idle": idle})
     # run 1: 30 harvested, 10 idle node-s; run 2: 40 idle; the 990 s between runs count for none
     assert harvest_fraction(store) == pytest.approx(30 / 80)
 
 
-def test_training_fraction_counts_harvested_node_time_with_ranks(tmp_path: Path) -> None:
+def test_assigned_fraction_counts_harvested_node_time_given_to_jobs(tmp_path: Path) -> None:
     store = CampaignStore(tmp_path)
-    assert training_fraction(store) is None
+    assert assigned_fraction(store) is None and training_fraction(store) is None
     rows = [(0, 1, 3, 2), (10, 1, 3, 3), (20, 1, 3, 3), (1000, 2, 2, 0), (1010, 2, 2, 0)]
-    for t, run, harvested, training in rows:
+    for t, run, harvested, assigned in rows:
         site = {"total": 4, "native": 0, "idle": 4 - harvested}
-        store.record(t, run, 1.0, {}, {**site, "harvested": harvested, "training": training})
-    # run 1: 60 harvested node-s, 20 + 30 training; run 2: 20 harvested, none training
-    assert training_fraction(store) == pytest.approx(50 / 80)
+        store.record(t, run, 1.0, {}, {**site, "harvested": harvested, "assigned": assigned})
+    # run 1: 60 harvested node-s, 20 + 30 given to jobs; run 2: 20 harvested, none given
+    assert assigned_fraction(store) == pytest.approx(50 / 80)
+    # No sample counted steps: the training fraction is not known, not taken from assigned.
+    assert training_fraction(store) is None
+
+
+def test_a_mapping_that_names_assigned_training_is_still_taken(tmp_path: Path) -> None:
+    store = CampaignStore(tmp_path)
+    site = {"total": 4, "native": 0, "harvested": 3, "training": 2, "idle": 1}
+    store.record(0.0, 1, 1.0, {}, site)
+    assert store.site_samples() == [(0.0, 1, 4, 0, 3, 2, 1, None)]
+
+
+def old_site_samples(folder: Path) -> None:
+    """A state file as versions before step counting wrote it: site_samples without
+    ``stepping_s``, two samples of run 1."""
+    import sqlite3
+
+    old = sqlite3.connect(folder / CampaignStore.FILE)
+    old.execute(
+        "CREATE TABLE site_samples (t REAL NOT NULL, run INTEGER NOT NULL, total INTEGER NOT"
+        " NULL, native INTEGER NOT NULL, harvested INTEGER NOT NULL, training INTEGER NOT NULL,"
+        " idle INTEGER NOT NULL)"
+    )
+    old.executemany(
+        "INSERT INTO site_samples VALUES (?, 1, 4, 0, 3, 3, 1)", [(0.0,), (10.0,), (20.0,)]
+    )
+    old.commit()
+    old.close()
+
+
+def test_a_store_from_before_steps_were_counted_says_it_does_not_know(tmp_path: Path) -> None:
+    import sqlite3
+
+    old_site_samples(tmp_path)
+    # Read-only (status on an old folder): nothing migrated, the figure read as unknown.
+    reader = CampaignStore(tmp_path, read_only=True)
+    assert [row[7] for row in reader.site_samples()] == [None, None, None]
+    assert training_fraction(reader) is None and assigned_fraction(reader) == 1.0
+    assert reader.node_startups() == []
+    reader.close()
+    # Opened to write (a resume): the column is added, the old rows stay NULL.
+    store = CampaignStore(tmp_path)
+    columns = {row[1] for row in store.db.execute("PRAGMA table_info(site_samples)")}
+    assert "stepping_s" in columns
+    assert [row[7] for row in store.site_samples()] == [None, None, None]
+    assert training_fraction(store) is None
+    # Run 2 counts steps: the fraction is of its intervals only, the old ones named apart.
+    site = {"total": 4, "native": 0, "harvested": 2, "assigned": 2, "idle": 2}
+    store.record(100.0, 2, 1.0, {}, {**site, "stepping_s": 0.0})
+    store.record(110.0, 2, 10.0, {}, {**site, "stepping_s": 15.0})
+    assert training_fraction(store) == pytest.approx(15 / 20)
+    store.close()
+    db = sqlite3.connect(tmp_path / CampaignStore.FILE)
+    stored = db.execute("SELECT t, stepping_s FROM site_samples ORDER BY t").fetchall()
+    db.close()
+    assert stored == [(0.0, None), (10.0, None), (20.0, None), (100.0, 0.0), (110.0, 15.0)]
 
 
 def test_results_table_and_pictures(tmp_path: Path) -> None:
@@ -83,7 +139,7 @@ def test_results_table_and_pictures(tmp_path: Path) -> None:
         1,
         1.0,
         {"a": {"nodes": 1, "world": 1, "node_names": ["n1"]}},
-        {"total": 2, "native": 1, "harvested": 1, "training": 1, "idle": 0},
+        {"total": 2, "native": 1, "harvested": 1, "assigned": 1, "idle": 0},
     )
     store.finish("a", 1, result={"test_accuracy": 0.96, "steps": 10})
     store.finish("b", 1, error="ValueError: boom")
@@ -94,8 +150,17 @@ def test_results_table_and_pictures(tmp_path: Path) -> None:
         list(frame["status"]) == ["done", "failed"] and frame.loc[1, "error"] == "ValueError: boom"
     )
     written = write_results(store, tmp_path)
-    assert {p.name for p in written} == {"results.csv", "results.parquet", "gantt.png", "nodes.png"}
+    assert {p.name for p in written} == {
+        "results.csv",
+        "results.parquet",
+        "gantt.png",
+        "nodes.png",
+        "startup.csv",
+    }
     assert all(p.stat().st_size > 0 for p in written)
+    # No node reached a step: the start-up table is there, with its columns and no row.
+    startup = pd.read_csv(tmp_path / "startup.csv")
+    assert startup.empty and "idle_to_first_step_s" in startup.columns
 
 
 def test_site_counts_and_job_sample() -> None:
@@ -107,8 +172,9 @@ def test_site_counts_and_job_sample() -> None:
             RunningJob("2", ("n1", "n2"), 0.0, 60.0, ours=True),
         ],
     )
-    counts = site_counts(snap, training=1)
-    assert (counts.total, counts.native, counts.harvested, counts.training, counts.idle) == (
+    counts = site_counts(snap, assigned=1)
+    assert counts is not None and counts.stepping is None  # steps not counted: none said
+    assert (counts.total, counts.native, counts.harvested, counts.assigned, counts.idle) == (
         5,
         1,
         2,
@@ -116,6 +182,8 @@ def test_site_counts_and_job_sample() -> None:
         2,
     )
     assert site_counts(None, 0) is None
+    counted = site_counts(snap, assigned=2, stepping_s=3.0, interval_s=2.0)
+    assert counted is not None and counted.stepping == 1.5 and counted.stepping_s == 3.0
     epochs = [{"world_size": 2}, {"world_size": 2}, {"world_size": 3}, {"world_size": 1}]
     sample = job_sample({"nodes": 3, "world_size": 3, "throughput": {3: 90.0}}, epochs)
     assert sample["rescales"] == 2 and sample["rate"] == 90.0  # a same-size re-form is no rescale
@@ -137,15 +205,18 @@ def test_live_and_status_tables_show_jobs_nodes_and_fraction(tmp_path: Path) -> 
     runner.store.sync_jobs([("a", {}, {}), ("b", {}, {})])
     runner.store.finish("a", 1, result={"test_accuracy": 0.971})
     runner.store.mark_submitted("b", None)
-    runner.last_site = SiteCounts(total=6, native=2, harvested=3, training=2, idle=1)
+    runner.last_site = SiteCounts(
+        total=6, native=2, harvested=3, assigned=2, idle=1, stepping_s=1.25, stepping=1.25
+    )
     runner.last_jobs = {"b": {"nodes": 2, "world": 2, "rate": 812.4}}
-    runner.harvested_s, runner.idle_s = 30.0, 10.0
+    runner.harvested_s, runner.idle_s, runner.stepping_s = 30.0, 10.0, 18.0
     console = Console(record=True, width=160)
     console.print(live_table(runner))
     text = " ".join(console.export_text().split())  # the caption may wrap
     assert "1 done, 1 running, 0 waiting" in text
-    assert "2 native, 3 harvested (2 training), 1 idle of 6" in text
-    assert "harvest fraction 75%" in text and "812" in text and "0.971" in text
+    assert "2 native, 3 harvested (2 with ranks, 1.2 stepping), 1 idle of 6" in text
+    assert "harvest fraction 75%, in training steps 60% of harvested" in text
+    assert "812" in text and "0.971" in text
     console.print(status_table(runner.store.jobs(), {"runs": "1", "state": "finished"}))
     assert "test_accuracy=0.971" in console.export_text()
 
