@@ -397,10 +397,12 @@ class CommandScheduler(BlockScheduler):
         if ids:
             self._run_tolerating_gone(self.signal_argv(ids, signal))
 
-    def _run_tolerating_gone(self, argv: list[str]) -> None:
+    def _run_tolerating_gone(self, argv: list[str]) -> str:
+        """Run ``argv``; an error that only says jobs are gone is fine. Its stderr."""
         result = self.run(argv, check=False)
         if result.returncode != 0 and not _every_line_says(result.stderr, self.GONE):
             raise SchedulerCommandError(argv, describe_failure(result.returncode, result.stderr))
+        return result.stderr
 
 
 def current_user() -> str:

@@ -19,6 +19,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, ClassVar
 
+from parsl_malleable.errors import SchedulerCommandError
 from parsl_malleable.schedulers.base import Script, SiteDestination
 from parsl_malleable.schedulers.command_scheduler import CommandScheduler, current_user
 from parsl_malleable.schedulers.pbs_parse import (
@@ -552,10 +553,21 @@ class PBSScheduler(CommandScheduler):
         return JobState.CANCELLED, f"deleted by qdel; PBS recorded it finished ({comment})"
 
     def cancel(self, job_ids: Sequence[str]) -> None:
-        """qdel the jobs; each is remembered as deleted here (see :meth:`_deleted_state`),
-        before the command runs: a qdel that fails part-way may still end some."""
-        self._deleted.update(self.short_id(str(j)) for j in job_ids)
-        super().cancel(job_ids)
+        """qdel the jobs. Each that qdel did not report gone already ("Job has finished",
+        "Unknown Job Id": its id is on an error line) is remembered as deleted here (see
+        :meth:`_deleted_state`): one that had ended by itself keeps PBS's word."""
+        ids = [str(j) for j in job_ids]
+        if not ids:
+            return
+        try:
+            stderr = self._run_tolerating_gone(self.cancel_argv(ids))
+        except SchedulerCommandError:
+            # A qdel that failed part-way may still have ended some: for those, the delete
+            # is the likelier end than a run that finished on its own at that moment.
+            self._deleted.update(self.short_id(i) for i in ids)
+            raise
+        gone = {self.short_id(i) for i in ids if _named_in(self.short_id(i), stderr)}
+        self._deleted.update(self.short_id(i) for i in ids if self.short_id(i) not in gone)
 
     def short_id(self, job_id: str) -> str:
         # qstat may print "1234.server" for a request of "1234": match on the number too.
@@ -579,6 +591,11 @@ class PBSScheduler(CommandScheduler):
         """qsig of :attr:`BATCH_SIGNALS`' stand-in for ``signal`` (USR1 goes as URG); other
         signals go as they are, to every process of the job."""
         return ["qsig", "-s", self.BATCH_SIGNALS.get(signal, signal), *job_ids]
+
+
+def _named_in(short_id: str, text: str) -> bool:
+    """Whether ``text`` names the job ``short_id`` (alone or with its server's name)."""
+    return re.search(rf"(?<![\w\[]){re.escape(short_id)}(?![\w\[\]])", text) is not None
 
 
 __all__ = ["AllowedVnodes", "PBSScheduler", "build_pbs_snapshot", "format_walltime"]

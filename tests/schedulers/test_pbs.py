@@ -280,6 +280,7 @@ def test_a_job_deleted_here_that_pbs_records_as_finished_reads_cancelled(
     # 202 ended with exit status 0 and substate 92 in the captured document: on the live
     # server, a job deleted while its MoM was starting it is recorded just so.
     env = stand_ins(fake_bin, tmp_path)
+    fake_bin("qdel", "exit 0")  # the delete is taken
     pbs = PBSScheduler(env=env)
     assert pbs.status(["202.pbs-head"])["202.pbs-head"].state is JobState.COMPLETED
     assert pbs.deleted_read_finished == set()
@@ -293,6 +294,17 @@ def test_a_job_deleted_here_that_pbs_records_as_finished_reads_cancelled(
     assert PBSScheduler(env=env).status(["202.pbs-head"])["202.pbs-head"].state is (
         JobState.COMPLETED
     )
+
+
+def test_a_job_that_had_finished_before_the_qdel_keeps_its_state(fake_bin, tmp_path) -> None:
+    env = stand_ins(fake_bin, tmp_path)
+    # qdel of two jobs, one of them over already: it says so for that one and exits 1.
+    fake_bin("qdel", 'echo "qdel: Job has finished 202.pbs-head" >&2; exit 35')
+    pbs = PBSScheduler(env=env)
+    pbs.cancel(["202.pbs-head", "2020.pbs-head"])
+    assert pbs.status(["202.pbs-head"])["202.pbs-head"].state is JobState.COMPLETED
+    assert pbs.deleted_read_finished == set()
+    assert pbs._deleted == {"2020"}  # the other one was taken
 
 
 def test_adapter_garbage_is_a_command_error(fake_bin) -> None:
