@@ -28,6 +28,12 @@ node-seconds held, decisions and wall time. A table per seed, then the means ove
 
     python benchmarks/bench_replay_sweep.py             # 5 seeds x 8 rows (+1): ~5 min, 2 cores
     python benchmarks/bench_replay_sweep.py --quick     # 1 seed, 40 trials of 9 epochs: ~20 s
+    python benchmarks/bench_replay_sweep.py --startup 120   # every node's start-up 120 s
+
+Every replay runs under the runtime's physics (docs/replay.md): a node a trial gains starts
+(``--startup``, default the measured 7 s) while its other nodes train, then the trial regroups;
+``scavenger`` pays its cold start (``--startup``, default the measured 23 s), Slurm's requeue
+hold, the scheduling delay and the training since its last checkpoint at each preemption.
 
 Writes every figure as JSON (``--out``, default ``out/bench_replay_sweep.json``).
 """
@@ -43,7 +49,7 @@ import statistics
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +76,7 @@ class Scale:
     seeds: tuple[int, ...]
     caps: tuple[int | None, ...]
     unpruned: bool
+    startup_s: float | None = None  # every trial's start-up (None: the defaults)
 
 
 FULL = Scale(trials=200, epochs=27, seeds=(0, 1, 2, 3, 4), caps=(10, 30, 100, None), unpruned=True)
@@ -117,9 +124,12 @@ def run(args: tuple[Row, Scale]) -> dict[str, Any]:
     logging.disable(logging.WARNING)  # solver fallbacks are counted; their lines bury tables
     row, scale = args
     tl = timeline()
+    template = hpo_sweep(tl, 1)[0]
+    if scale.startup_s is not None:
+        template = replace(template, startup_s=scale.startup_s)
     setup = SweepSetup(
         scale.trials,
-        hpo_sweep(tl, 1)[0],
+        template,
         tl.t0,
         scale.epochs,
         SAMPLES_PER_EPOCH,
@@ -183,8 +193,9 @@ def seed_table(results: list[dict[str, Any]], scale: Scale, seed: int) -> str:
     """The table of one seed's replays."""
     mine = [r for r in results if r["seed"] == seed]
     first = mine[0]
+    startup = "measured defaults" if scale.startup_s is None else f"{scale.startup_s:g} s"
     head = (
-        f"Seed {seed}: {scale.trials} trials of {scale.epochs} epochs "
+        f"Seed {seed} (start-up: {startup}): {scale.trials} trials of {scale.epochs} epochs "
         f"({first['samples_per_trial'] / 1e6:.1f} M samples each), ASHA (min_resource 1, "
         f"reduction factor 3), Summit from day {DAY}; best config: trial {first['best_trial']}, "
         f"true value {first['best']:.3f} (target {first['target']:.3f})"
@@ -278,11 +289,21 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="1 seed, 40 trials of 9 epochs")
     parser.add_argument("--workers", type=int, default=2, help="replays at once (default 2)")
+    parser.add_argument(
+        "--startup",
+        type=float,
+        help="seconds from a node's taking to its first step, for every trial and the "
+        "scavenger's (re)starts (default: the measured 7 s and 23 s)",
+    )
     parser.add_argument("--out", type=Path, default=REPO / "out" / "bench_replay_sweep.json")
     args = parser.parse_args(argv)
     if args.workers < 1:
         parser.error(f"--workers must be at least 1; got {args.workers}")
     scale = QUICK if args.quick else FULL
+    if args.startup is not None:
+        if not (math.isfinite(args.startup) and args.startup >= 0):
+            parser.error(f"--startup must be a finite number >= 0; got {args.startup}")
+        scale = replace(scale, startup_s=args.startup)
     began = time.perf_counter()
     work = [(row, scale) for row in rows(scale)]
     if args.workers == 1:

@@ -10,7 +10,11 @@ all three on the local Slurm cluster and writes them as JSON; ``parsl-malleable 
 --calibration FILE`` (and :func:`apply_calibration`) replays with them: every idle interval
 starts ``node_start_s`` late (shorter ones are dropped: a block there never trains; one open
 when the timeline starts was idle before it and is kept as it is) and every job's pauses are
-the measured ones.
+the measured ones: under the replay's runtime physics (its default) a node then joins with no
+further start-up (it is in the late start), regroups ``scale_up_s`` and leaves
+``scale_down_s``; under FreeTrain's, the job's ``scale_up_s`` / ``scale_down_s`` are those.
+:meth:`Calibration.physics` is the same calibration as a runtime physics on the timeline as it
+is (every node starts ``node_start_s`` after it is taken, the job's other nodes training on).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from pydantic import Field, StrictStr
 from parsl_malleable.errors import ConfigError
 from parsl_malleable.inputs import Number, boundary
 from parsl_malleable.replay.idle import IdleTimeline
-from parsl_malleable.replay.workload import ReplayJob
+from parsl_malleable.replay.workload import Physics, ReplayJob
 
 
 @boundary(ConfigError)
@@ -38,6 +42,10 @@ class Calibration:
     scale_down_s: Annotated[Number, Field(ge=0)]
     measured_by: StrictStr = ""
     samples: Annotated[int, Field(ge=0)] = 0
+
+    def physics(self) -> Physics:
+        """These costs as the replay's runtime physics (no late timeline needed)."""
+        return Physics("runtime", self.node_start_s, self.scale_up_s, self.scale_down_s)
 
 
 def save_calibration(calibration: Calibration, path: str | Path) -> None:
@@ -80,9 +88,15 @@ def apply_calibration(
         timeline.t0,
         timeline.t1,
     )
+    # Both physics charge the measured pauses; the start-up is in the late timeline already.
     paused = [
         dataclasses.replace(
-            job, scale_up_s=calibration.scale_up_s, scale_down_s=calibration.scale_down_s
+            job,
+            scale_up_s=calibration.scale_up_s,
+            scale_down_s=calibration.scale_down_s,
+            startup_s=0.0,
+            regroup_s=calibration.scale_up_s,
+            leave_s=calibration.scale_down_s,
         )
         for job in jobs
     ]

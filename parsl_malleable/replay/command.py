@@ -65,9 +65,15 @@ NARROW = (
 )
 
 
+# Shown only when some replay has a decision its solver's wall-clock limit stopped: its figures
+# then depend on the machine's speed (docs/replay.md, "Determinism").
+TIME_LIMITED = ("time_limited", "time-\nlimited")
+
+
 def _cells(r: ReplayResult) -> dict[str, str]:
     s = r.summary()
     return {
+        "time_limited": str(getattr(r, "time_limited", 0)),
         "policy": r.policy,
         "jobs": f"{s['finished']}/{s['jobs']}",
         "samples": f"{float(s['samples']) / 1e9:.3f}",
@@ -86,12 +92,15 @@ def _cells(r: ReplayResult) -> dict[str, str]:
 def result_table(results: list[ReplayResult], *, wide: bool = True) -> Table:
     """One row per policy: samples against what the idle nodes allow first, efficiency last
     (it rewards holding fewer nodes, so it is no headline). ``wide=False``: the columns of
-    :data:`NARROW` only, which fit 80 columns (every figure is in ``summary.csv``)."""
+    :data:`NARROW` only, which fit 80 columns (every figure is in ``summary.csv``). A column of
+    decisions stopped by the solver's wall-clock limit follows the policy's when any is."""
     keys = [key for key, _ in COLUMNS if wide or key in NARROW]
+    if any(getattr(r, "time_limited", 0) for r in results):
+        keys.insert(1, TIME_LIMITED[0])
     table = Table(
         title="replay", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0)
     )
-    headers = dict(COLUMNS)
+    headers = dict((*COLUMNS, TIME_LIMITED))
     for key in keys:
         table.add_column(headers[key], justify="left" if key == "policy" else "right", no_wrap=True)
     for r in results:
@@ -171,6 +180,21 @@ def write_results(results: list[ReplayResult], out: Path) -> list[Path]:
     "nodes train that long after they go idle, rescales pause as measured (the Replay page of "
     "the project's documentation).",
 )
+@click.option(
+    "--physics",
+    type=click.Choice(["runtime", "freetrain"]),
+    default="runtime",
+    show_default=True,
+    help="runtime: a new node starts while the job trains on, then the job regroups; "
+    "freetrain: every change pauses the whole job its Tcup/Tcdw (FreeTrain's model).",
+)
+@click.option(
+    "--startup",
+    "startup_s",
+    type=FiniteFloat(ge=0),
+    help="Seconds from a node's taking to its first step (runtime physics; freetrain: the "
+    "start pause), and the scavenger's start-up (default: 7 s; scavenger 23 s).",
+)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), help="Write CSVs here.")
 @click.option(
@@ -191,6 +215,8 @@ def replay(
     max_jobs: int | None,
     t_fwd: float,
     calibration_path: Path | None,
+    physics: str,
+    startup_s: float | None,
     seed: int,
     out: Path | None,
     wide: bool,
@@ -201,6 +227,7 @@ def replay(
     from parsl_malleable.replay.policies import make_policy
     from parsl_malleable.replay.scavenger import scavenger_replay
     from parsl_malleable.replay.scenario import summit_timeline, trace_timeline, workload_jobs
+    from parsl_malleable.replay.workload import Physics
 
     console = Console()
     status = Console(stderr=True)  # progress messages: not in the output a script reads
@@ -223,10 +250,17 @@ def replay(
         for name in policies or DEMO_POLICIES:
             with console.status(f"replaying {name} ..."):
                 if name == "scavenger":
-                    result = scavenger_replay(timeline, work)
+                    result = scavenger_replay(timeline, work, startup_s=startup_s)
                 else:
                     policy = make_policy(name, t_fwd=t_fwd, objective=objective)
-                    result = run_replay(timeline, work, policy, max_jobs=max_jobs, seed=seed)
+                    result = run_replay(
+                        timeline,
+                        work,
+                        policy,
+                        max_jobs=max_jobs,
+                        seed=seed,
+                        physics=Physics(physics, startup_s),  # type: ignore[arg-type]
+                    )
             results.append(result)
             console.print(f"{name}: done in {result.wall_s:.1f} s")
     except MalleableError as exc:

@@ -3,12 +3,30 @@
 Each idle interval of a node is a one-node block that the controller may use until the
 interval ends; then the node is taken back at once (the native job starts on time: a replay
 never delays it). Jobs are admitted first come first served, at most ``max_jobs`` at a time
-(FreeTrain's replayer does the same). Between events a job on ``n`` nodes trains at its true
-curve's rate; every change of its node set pauses it (``scale_up_s`` when it gains or starts,
-``scale_down_s`` when it loses nodes, by decision or reclaim; both when both happen). A pause
-never shortens one in progress: a node lost during a start's pause does not let the job train
-before the start is over. Jobs report noisy throughput every ``report_s`` seconds of steady
-running, and their pauses, as ranks do live; the controller decides exactly as it does live.
+(FreeTrain's replayer does the same). Between events a job trains at its true curve's rate for
+the nodes it trains on. What a change of its node set costs is the ``physics``
+(:class:`~parsl_malleable.replay.workload.Physics`):
+
+* ``"runtime"`` (the default), as this project's runtime pays: a node the job gains starts
+  (``startup_s``: block, worker, rank, first step) while the job's other nodes train on; once
+  it is up, the whole job pauses ``regroup_s`` (its ranks meet at a new size). A job with no
+  node training (a first start; a restart after it lost every node, which live stops the job
+  and resumes it from its checkpoint) trains nothing until then, so it pays ``startup_s +
+  regroup_s`` for all its nodes. A loss of a node that trains pauses the job ``leave_s`` if it
+  keeps nodes that train (ranks leave at a commit, the rest regroup); a node lost while it
+  starts costs nothing. The cost of a change follows from the nodes' states alone, not from
+  how a policy splits it into steps: draining every node and starting a new set at the same
+  instant is a restart (``startup_s + regroup_s``), never cheaper than keeping the nodes that
+  stay. Below ``min_nodes`` nodes up, a job trains nothing.
+* ``"freetrain"``: FreeTrain's model, which its published figures use: every change of the node
+  set pauses the whole job (``scale_up_s`` when it gains or starts, ``scale_down_s`` when it
+  loses nodes, by decision or reclaim; both when both happen in one step); a job that loses
+  every node pays nothing, and its next start ``scale_up_s``.
+
+A pause never shortens one in progress: a node lost during a start's pause does not let the job
+train before the start is over. Jobs report noisy throughput every ``report_s`` seconds of
+steady running, and their pauses, as ranks do live; the controller decides exactly as it does
+live.
 
 A replay repeats exactly: the same inputs and seed give the same result on any machine under
 any load, as long as no solve stops at its wall-clock limit (the policies stop solves at a
@@ -39,7 +57,7 @@ from parsl_malleable.replay.idle import IdleTimeline
 from parsl_malleable.replay.policies import ReplayPolicy
 from parsl_malleable.replay.predict import HistoryWindows, NodeAges
 from parsl_malleable.replay.result import JobOutcome, ReplayResult
-from parsl_malleable.replay.workload import ReplayJob
+from parsl_malleable.replay.workload import JobCosts, Physics, ReplayJob
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +82,10 @@ class _Run:
     """A job's state in the replay's physics."""
 
     job: ReplayJob
+    costs: JobCosts
+    runtime: bool
     nodes: set[str] = field(default_factory=set)
+    starting: dict[str, float] = field(default_factory=dict)  # node -> when it is up
     done: float = 0.0
     ideal: float = 0.0
     node_seconds: float = 0.0
@@ -76,8 +97,15 @@ class _Run:
     rescales: int = 0
     paused_s: float = 0.0
 
+    def up(self) -> int:
+        """Nodes the job trains on (held and started)."""
+        return len(self.nodes) - len(self.starting)
+
     def rate(self) -> float:
-        return self.job.curve(len(self.nodes)) if self.nodes else 0.0
+        if not self.runtime:
+            return self.job.curve(len(self.nodes)) if self.nodes else 0.0
+        up = self.up()
+        return self.job.curve(up) if up >= max(1, self.job.min_nodes) else 0.0
 
 
 class Replay:
@@ -100,7 +128,10 @@ class Replay:
         seed: int = 0,
         windows: WindowSource | None = None,
         marks: Marks | None = None,
+        physics: Physics | str = "runtime",
     ) -> None:
+        self.physics = physics if isinstance(physics, Physics) else Physics(physics)  # type: ignore[arg-type]
+        runtime = self.physics.model == "runtime"
         self.timeline = timeline
         self.marks = marks
         self.stopped: dict[str, float] = {}  # job -> when a mark ended it
@@ -115,7 +146,7 @@ class Replay:
         source = (windows if policy.windows else None) or self.ages
         self.core = ControllerCore(policy.core, windows=source)
         self.queue = sorted(jobs, key=lambda j: (j.submit, j.name))
-        self.runs = {j.name: _Run(j) for j in self.queue}
+        self.runs = {j.name: _Run(j, self.physics.costs(j), runtime) for j in self.queue}
         self.active: dict[str, _Run] = {}
         self.owner: dict[str, str] = {}  # node -> job running there
         self.now = timeline.t0
@@ -128,8 +159,9 @@ class Replay:
                 continue
             held = to - self.now
             rate = run.rate()
-            working = max(0.0, to - max(self.now, run.paused_until))
-            run.ideal += rate * held
+            # A job with no node up trains nothing: its time counts as paused.
+            working = max(0.0, to - max(self.now, run.paused_until)) if run.up() else 0.0
+            run.ideal += run.job.curve(len(run.nodes)) * held
             run.node_seconds += len(run.nodes) * held
             run.paused_s += held - working
             run.done = min(run.job.samples, run.done + rate * working)
@@ -170,13 +202,16 @@ class Replay:
 
     def _spec(self, job: ReplayJob) -> JobSpec:
         given = self.policy.user_curves
+        costs = self.runs[job.name].costs
+        # The user's pauses are what the physics charges: a start's (a node's start-up and the
+        # regroup) and a loss's. The controller's model pauses the whole job at both.
         return JobSpec(
             job.name,
             min_nodes=job.min_nodes,
             max_nodes=job.max_nodes,
             curve=job.curve if given else None,
-            scale_up_s=job.scale_up_s if given else None,
-            scale_down_s=job.scale_down_s if given else None,
+            scale_up_s=costs.lead_s if given else None,
+            scale_down_s=costs.down_s if given else None,
             samples=job.samples if math.isfinite(job.samples) else None,
             family=job.family if self.policy.share_families else None,
         )
@@ -187,8 +222,7 @@ class Replay:
         self.core.block_gone(name, self.now)
         job = self.owner.pop(name, None)
         if job is not None:
-            self.active[job].nodes.discard(name)
-            lost[job] = True
+            self._lose(self.active[job], name, lost)
         if self.ages is not None:
             self.ages.since.pop(name, None)
 
@@ -198,6 +232,13 @@ class Replay:
         if self.ages is not None:
             self.ages.since[name] = self.now
 
+    @staticmethod
+    def _lose(run: _Run, node: str, lost: dict[str, bool]) -> None:
+        run.nodes.discard(node)
+        # A node lost while it starts never joined: the job's ranks do not notice.
+        if run.starting.pop(node, None) is None:
+            lost[run.job.name] = True
+
     def _apply(self, actions: list, lost: dict[str, bool], gained: dict[str, bool]) -> None:
         for action in actions:
             run = self.active.get(action.job)
@@ -205,14 +246,36 @@ class Replay:
                 run.nodes.add(action.node)
                 self.owner[action.node] = action.job
                 gained[action.job] = True
+                if run.runtime:
+                    run.starting[action.node] = self.now + run.costs.startup_s
             elif isinstance(action, DrainRanks):
                 if self.owner.get(action.node) == action.job:
                     del self.owner[action.node]
                     if run is not None:
-                        run.nodes.discard(action.node)
-                        lost[action.job] = True
+                        self._lose(run, action.node, lost)
                 # Ranks leave at their next commit; the replay counts that time in the pause.
                 self.core.ranks_left(action.node, self.now)
+
+    def _next_up(self) -> float:
+        """When the next starting node is up (inf: none starts)."""
+        return min(
+            (min(r.starting.values()) for r in self.active.values() if r.starting), default=math.inf
+        )
+
+    def _nodes_up(self, t: float) -> None:
+        """Starting nodes up by ``t`` join their jobs: each such job regroups."""
+        for name in sorted(self.active):
+            run = self.active[name]
+            ready = [node for node, when in run.starting.items() if when <= t]
+            if not ready:
+                continue
+            restart = run.up() == 0  # nothing trained meanwhile: the whole start was a pause
+            for node in ready:
+                del run.starting[node]
+            pause = run.costs.up_s
+            self.core.report_rescale(name, "up", pause + (run.costs.startup_s if restart else 0))
+            run.paused_until = max(run.paused_until, self.now + pause)
+            run.steady_since = run.paused_until
 
     def _pause(self, lost: dict[str, bool], gained: dict[str, bool]) -> None:
         # Sorted: a set of names iterates in an order that changes between processes, and
@@ -223,21 +286,30 @@ class Replay:
                 if run is not None:
                     run.steady_since = math.inf
                 continue
+            run.rescales += 1
+            if run.first_start is None:
+                run.first_start = self.now
+            if run.runtime:
+                # Gained nodes start without pausing the others (``_nodes_up`` regroups them);
+                # a loss pauses the job only if nodes that train remain.
+                if lost.get(name) and run.up() > 0:
+                    pause = run.costs.down_s
+                    self.core.report_rescale(name, "down", pause)
+                    run.paused_until = max(run.paused_until, self.now + pause)
+                    run.steady_since = run.paused_until
+                continue
             pause = 0.0
             if lost.get(name):
-                pause += run.job.scale_down_s
-                self.core.report_rescale(name, "down", run.job.scale_down_s)
+                pause += run.costs.down_s
+                self.core.report_rescale(name, "down", run.costs.down_s)
             if gained.get(name):
-                pause += run.job.scale_up_s
-                self.core.report_rescale(name, "up", run.job.scale_up_s)
-            run.rescales += 1
+                pause += run.costs.up_s
+                self.core.report_rescale(name, "up", run.costs.up_s)
             # A shorter pause (a lost node) during a longer one (a start) must not cut it
             # short: the ranks are still starting. ``_advance`` charges ``paused_s`` up to
             # whatever ``paused_until`` holds, so the accounting follows.
             run.paused_until = max(run.paused_until, self.now + pause)
             run.steady_since = run.paused_until
-            if run.first_start is None:
-                run.first_start = self.now
 
     def _report(self) -> float:
         """Throughput reports due now; returns when the next one is due."""
@@ -247,8 +319,14 @@ class Replay:
                 due = min(due, run.steady_since + self.report_s)
                 continue
             if self.now - run.steady_since >= self.report_s - 1e-9:
+                # Live, the ranks that train report, at the size they train at.
+                up = run.up() if run.runtime else len(run.nodes)
+                if up == 0 or run.rate() <= 0:
+                    run.steady_since = self.now
+                    due = min(due, run.steady_since + self.report_s)
+                    continue
                 noisy = run.rate() * (1.0 + self.noise * self.rng.standard_normal())
-                self.core.report_throughput(name, len(run.nodes), max(noisy, 1e-9))
+                self.core.report_throughput(name, up, max(noisy, 1e-9))
                 self.core.report_progress(name, run.done)
                 run.steady_since = self.now
             due = min(due, run.steady_since + self.report_s)
@@ -279,6 +357,7 @@ class Replay:
             if qi < len(self.queue) and self._room():
                 candidates.append(max(self.now, self.queue[qi].submit))
             candidates.extend(self._completion(r) for r in self.active.values())
+            candidates.append(self._next_up())
             if self.marks is not None:
                 candidates.extend(self._mark_time(r) for r in self.active.values())
             due = self.core.next_due(self.now)
@@ -300,6 +379,7 @@ class Replay:
                 if tl.end[k] > t:
                     self._node_arrives(names[tl.node[k]])
                 si += 1
+            self._nodes_up(t)
             if self.marks is not None:
                 self._reach_marks(t)
             for name, run in list(self.active.items()):
@@ -363,7 +443,8 @@ class Replay:
             for r in self.runs.values()
         ]
         decisions = self.core.decisions
-        bounds = replay_bounds(self.timeline, self.queue, end)
+        # The offline bound's lead is the least time a node waits under this physics.
+        bounds = replay_bounds(self.timeline, self.physics.bound_jobs(self.queue), end)
         return ReplayResult(
             policy=self.policy.name,
             source=self.timeline.source,
@@ -375,6 +456,7 @@ class Replay:
             decision_s=sum(d.seconds for d in decisions),
             fallbacks=sum(d.fallback for d in decisions),
             wall_s=wall_s,
+            time_limited=self.time_limited,
             upper_bound=bounds.upper,
             offline_bound=bounds.offline,
         )

@@ -8,11 +8,27 @@ that any schedule can train by ``timeline.t1`` under the replay engine's physics
   ``[min_nodes, max_nodes]`` (or 0 nodes, training nothing), and only from its submit time;
 * a node serves at most one job, and only while it is idle; when its idle interval ends it is
   taken from its job at once;
-* every change of a job's node set that leaves it some nodes pauses the whole job (it holds its
-  nodes and trains nothing): ``scale_down_s`` when it lost nodes, ``scale_up_s`` when it gained
-  (a start included), both when both happened in one step. A job that loses all its nodes pays
-  nothing (it holds none). Overlapping pauses overlap (the engine's rule once a later pause no
-  longer cuts an earlier one short); nothing else costs time (no lead time, no noise).
+* what a change of a job's node set costs is the engine's ``physics``
+  (:class:`~parsl_malleable.replay.workload.Physics`, below); nothing else costs time (no
+  lead time, no noise).
+
+**Runtime physics** (``physics.model == "runtime"``, the engine's default), with ``S`` a
+node's start-up, ``R`` the regroup and ``D`` the leave pause (:meth:`Physics.costs`). A change
+at a change point ``t`` that keeps ``m`` of the job's nodes, gains some and so holds ``c``:
+the kept nodes train at ``curve(m)`` (nothing below ``min_nodes``) from ``t`` (from ``t + D``
+if it also lost nodes) to ``t + S``, when the new nodes are up; then the whole job pauses ``R``
+and trains at ``curve(c)`` from ``t + S + R``. A change that only loses nodes pauses the job
+``D`` (nothing if it keeps none). This needs ``D <= S + R`` (checked: the loss's pause then
+ends before the regroup's), and the kept count is exact: a binary per node for "held in both
+intervals", McCormick on binaries. The cost of a change follows from the node sets alone, so
+there is one pause rule (``pauses`` is FreeTrain's only).
+
+**FreeTrain physics** (``"freetrain"``): every change of a job's node set that leaves it some
+nodes pauses the whole job (it holds its nodes and trains nothing): ``scale_down_s`` when it
+lost nodes, ``scale_up_s`` when it gained (a start included), both when both happened in one
+step. A job that loses all its nodes pays nothing (it holds none); its next start pays
+``scale_up_s``. Overlapping pauses overlap (the engine's rule once a later pause no longer
+cuts an earlier one short).
 
 **What the optimum ranges over.** The *change points* are ``t0``, ``t1``, every start and end
 of an idle interval and every submit inside ``[t0, t1]``. Between two consecutive change points
@@ -24,7 +40,7 @@ that product of the change indicators with the count binaries is linearized exac
 on binaries). Node identity is kept, not just counts: a job whose node is taken back and who
 gets an arriving one in its place has changed its node set and pays, as in the engine.
 
-**Which pauses** (``pauses``):
+**Which pauses** (``pauses``, FreeTrain physics):
 
 * ``"split"`` (the default): the least the engine's physics charges for going from one node set
   to another at one instant. The engine charges ``scale_down_s + scale_up_s`` when one step both
@@ -57,8 +73,9 @@ one, a job could grow (``scale_up_s``) and at once drop a node it did not need
 **Instances** (:func:`check_instance` raises :class:`ValueError` otherwise):
 
 * every interval between change points, except the last, lasts at least the longest pause
-  (``scale_down_s + scale_up_s`` of any job), so no pause started at a change point runs past
-  the next one (the last interval's pauses are cut at ``t1``, which is exact);
+  (``scale_down_s + scale_up_s``, or ``S + R + D`` under the runtime physics, of any job), so
+  no pause or start-up begun at a change point runs past the next one (the last interval's
+  pauses are cut at ``t1``, which is exact);
 * no job can finish by ``t1`` (``samples`` at least its best rate times the time from its submit
   to ``t1``; ``math.inf`` is fine): a job that finishes frees its nodes between change points,
   which this model does not follow;
@@ -70,7 +87,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -79,7 +96,7 @@ import pulp
 
 from parsl_malleable.allocate.solve import make_solver
 from parsl_malleable.replay.idle import IdleTimeline
-from parsl_malleable.replay.workload import ReplayJob
+from parsl_malleable.replay.workload import Physics, ReplayJob
 
 PauseRule = Literal["split", "step"]
 
@@ -102,6 +119,7 @@ class ExactOptimum:
     edges: tuple[float, ...]
     schedule: dict[str, tuple[frozenset[str], ...]]
     pauses: PauseRule
+    physics: Physics
 
 
 def change_points(timeline: IdleTimeline, jobs: Sequence[ReplayJob]) -> tuple[float, ...]:
@@ -113,9 +131,12 @@ def change_points(timeline: IdleTimeline, jobs: Sequence[ReplayJob]) -> tuple[fl
     return tuple(sorted(float(t) for t in times if t0 <= t <= t1))
 
 
-def check_instance(timeline: IdleTimeline, jobs: Sequence[ReplayJob]) -> None:
+def check_instance(
+    timeline: IdleTimeline, jobs: Sequence[ReplayJob], physics: Physics | None = None
+) -> None:
     """Raise :class:`ValueError` unless the instance is one the MILP solves exactly (module
     docstring, "Instances")."""
+    physics = physics or Physics()
     if not jobs:
         raise ValueError("no job")
     if len(jobs) > MAX_JOBS or timeline.nodes > MAX_NODES:
@@ -128,7 +149,16 @@ def check_instance(timeline: IdleTimeline, jobs: Sequence[ReplayJob]) -> None:
     edges = change_points(timeline, jobs)
     if len(edges) - 1 > MAX_INTERVALS:
         raise ValueError(f"{len(edges) - 1} intervals; the exact optimum takes {MAX_INTERVALS}")
-    longest = max(job.scale_down_s + job.scale_up_s for job in jobs)
+    costs = [physics.costs(job) for job in jobs]
+    longest = max(c.startup_s + c.up_s + c.down_s for c in costs)
+    if physics.model == "runtime":
+        for job, c in zip(jobs, costs, strict=True):
+            if c.down_s > c.startup_s + c.up_s:
+                raise ValueError(
+                    f"job {job.name!r}: its leave pause ({c.down_s:g} s) is longer than its "
+                    f"start-up and regroup ({c.startup_s + c.up_s:g} s); the exact optimum "
+                    "assumes it is not"
+                )
     for a, b in itertools.pairwise(edges[:-1]):
         if b - a < longest:
             raise ValueError(
@@ -156,16 +186,81 @@ def _idle_sets(timeline: IdleTimeline, edges: Sequence[float]) -> list[list[int]
     return sets
 
 
-def _pause_costs(job: ReplayJob, length: float, pauses: PauseRule) -> tuple[float, float, float]:
-    """Seconds the job is paused in an interval of ``length`` after a change that only lost,
-    only gained, or both lost and gained nodes (module docstring, "Which pauses")."""
-    down, up = job.scale_down_s, job.scale_up_s
+def _pause_costs(
+    job: ReplayJob, length: float, pauses: PauseRule, physics: Physics
+) -> tuple[float, float, float]:
+    """Seconds the job trains nothing at the rate of the count it holds, in an interval of
+    ``length`` after a change that only lost, only gained, or both lost and gained nodes
+    (module docstring, "Runtime physics" and "Which pauses")."""
+    costs = physics.costs(job)
+    down, up = costs.down_s, costs.up_s
+    if physics.model == "runtime":
+        # Gained: the new nodes start, then the whole job regroups (the kept nodes' training
+        # meanwhile is priced apart); a loss's pause ends before that (D <= S + R).
+        lead = costs.startup_s + costs.up_s
+        return min(down, length), min(lead, length), min(lead, length)
     if pauses == "split":
         lost, both = min(down, up), up
     else:
         lost, both = down, down + up
     # The last interval ends at t1: a pause is cut there (earlier ones are long enough).
     return min(lost, length), min(up, length), min(both, length)
+
+
+def _kept_terms(
+    prob: pulp.LpProblem,
+    var: Callable[..., pulp.LpVariable],
+    x: dict[tuple[int, int, int], pulp.LpVariable],
+    j: int,
+    k: int,
+    job: ReplayJob,
+    before: list[int],
+    now: list[int],
+    length: float,
+) -> Callable[[pulp.LpVariable, pulp.LpVariable, Physics], list[pulp.LpAffineExpression]]:
+    """The runtime physics' kept nodes: their count in interval ``k`` (nodes the job holds in
+    ``k - 1`` and ``k``), exact; returns what builds their training while gained nodes start
+    (module docstring, "Runtime physics")."""
+    unit = pulp.LpContinuous
+    both = [v for v in now if v in before and (j, v, k - 1) in x]
+    kept = []
+    for v in both:
+        # p = x[k-1] AND x[k], exact for binaries.
+        p = var(f"p_{j}_{v}_{k}", unit)
+        prob += p <= x[j, v, k - 1]
+        prob += p <= x[j, v, k]
+        prob += p >= x[j, v, k - 1] + x[j, v, k] - 1
+        kept.append(p)
+    counts = range(0, min(job.max_nodes, len(both)) + 1)
+    u = {m: var(f"u_{j}_{m}_{k}") for m in counts}
+    prob += pulp.lpSum(u.values()) == 1
+    prob += pulp.lpSum(kept) == pulp.lpSum(m * u[m] for m in counts)
+
+    def build(gained: pulp.LpVariable, lost: pulp.LpVariable, physics: Physics) -> list:
+        costs = physics.costs(job)
+        # Kept nodes train from the change (from the loss's pause's end) until the new ones
+        # are up, or the interval's end.
+        span = min(costs.startup_s, length)
+        short = min(span, costs.down_s)  # what a loss's pause takes from it
+        terms = []
+        for m in counts:
+            if m < max(1, job.min_nodes):
+                continue
+            rate = job.curve(m)
+            if rate <= 0:
+                continue
+            a = var(f"ka_{j}_{m}_{k}", unit)  # u[m] AND gained
+            b = var(f"kb_{j}_{m}_{k}", unit)  # u[m] AND gained AND lost
+            prob.addConstraint(a <= u[m])
+            prob.addConstraint(a <= gained)
+            prob.addConstraint(a >= u[m] + gained - 1)
+            prob.addConstraint(b <= a)
+            prob.addConstraint(b <= lost)
+            prob.addConstraint(b >= a + lost - 1)
+            terms.append(rate * (span * a - short * b))
+        return terms
+
+    return build
 
 
 def _solver() -> pulp.LpSolver:
@@ -177,13 +272,20 @@ def _solver() -> pulp.LpSolver:
 
 
 def exact_optimum(
-    timeline: IdleTimeline, jobs: Sequence[ReplayJob], *, pauses: PauseRule = "split"
+    timeline: IdleTimeline,
+    jobs: Sequence[ReplayJob],
+    *,
+    pauses: PauseRule = "split",
+    physics: Physics | None = None,
 ) -> ExactOptimum:
-    """The most samples any schedule trains on ``timeline`` by ``timeline.t1`` (module
-    docstring); raises :class:`ValueError` for an instance outside its assumptions."""
+    """The most samples any schedule trains on ``timeline`` by ``timeline.t1`` under the
+    engine's ``physics`` (default: the engine's default; module docstring); raises
+    :class:`ValueError` for an instance outside its assumptions."""
     if pauses not in ("split", "step"):
         raise ValueError(f"pauses must be 'split' or 'step', got {pauses!r}")
-    check_instance(timeline, jobs)
+    physics = physics or Physics()
+    runtime = physics.model == "runtime"
+    check_instance(timeline, jobs, physics)
     edges = change_points(timeline, jobs)
     idle = _idle_sets(timeline, edges)
     intervals = range(len(edges) - 1)
@@ -220,7 +322,12 @@ def exact_optimum(
                     prob += lost >= x[j, v, k - 1] - x.get((j, v, k), 0)
             for v in idle[k]:
                 prob += gained >= x[j, v, k] - x.get((j, v, k - 1), 0)
-            p_lost, p_gained, p_both = _pause_costs(job, length, pauses)
+            p_lost, p_gained, p_both = _pause_costs(job, length, pauses, physics)
+            if runtime and k > 0:
+                terms_kept = _kept_terms(prob, var, x, j, k, job, before, idle[k], length)
+                kept_gain = terms_kept(gained, lost, physics)
+                trained[j].extend(kept_gain)
+                objective.extend(kept_gain)
             terms = []
             for c in counts:
                 rate = job.curve(c) if c else 0.0
@@ -271,6 +378,7 @@ def exact_optimum(
         edges=edges,
         schedule=schedule,
         pauses=pauses,
+        physics=physics,
     )
 
 
@@ -284,7 +392,8 @@ def random_instance(
 ) -> tuple[IdleTimeline, list[ReplayJob]]:
     """A random small instance that :func:`exact_optimum` takes: up to ``nodes`` nodes, one
     to ``jobs`` jobs with unlimited samples, change points on a grid of ``step_s`` seconds
-    (pauses at most ``step_s / 2``), about ``changes`` of them. For tests and benchmarks."""
+    (FreeTrain's pauses at most ``step_s / 2``, the runtime's start-up, regroup and leave at
+    most ``3 step_s / 4`` together), about ``changes`` of them. For tests and benchmarks."""
     from parsl_malleable.allocate.curve import ScalingCurve
 
     slots = changes + 2
@@ -313,7 +422,25 @@ def random_instance(
         down = float(rng.uniform(0.0, step_s / 4))
         up = float(rng.uniform(0.0, step_s / 4))
         submit = float(rng.integers(0, slots // 2 + 1)) * step_s
-        out.append(ReplayJob(f"j{i}", curve, lo, hi, up, down, math.inf, submit))
+        # The runtime physics' costs: a start-up, a regroup and a leave no longer than both.
+        startup = float(rng.uniform(0.0, step_s / 4))
+        regroup = float(rng.uniform(0.0, step_s / 8))
+        leave = float(rng.uniform(0.0, startup + regroup))
+        out.append(
+            ReplayJob(
+                f"j{i}",
+                curve,
+                lo,
+                hi,
+                up,
+                down,
+                math.inf,
+                submit,
+                startup_s=startup,
+                regroup_s=regroup,
+                leave_s=leave,
+            )
+        )
     return timeline, out
 
 

@@ -41,7 +41,9 @@ class JobOutcome:
 @dataclass(frozen=True)
 class ReplayResult:
     """A replay's jobs and totals, with the bounds of what the idle nodes allowed over the
-    same span (``replay/bounds.py``; NaN where not computed)."""
+    same span (``replay/bounds.py``; NaN where not computed). ``time_limited``: decisions whose
+    solve its wall-clock limit stopped (``Replay.time_limited``): 0 for a replay that repeats
+    exactly on any machine."""
 
     policy: str
     source: str
@@ -55,6 +57,7 @@ class ReplayResult:
     wall_s: float
     upper_bound: float = math.nan
     offline_bound: float = math.nan
+    time_limited: int = 0
 
     @property
     def of_upper(self) -> float:
@@ -132,6 +135,7 @@ class ReplayResult:
             "decisions": self.decisions,
             "decision_s": self.decision_s,
             "fallbacks": self.fallbacks,
+            "time_limited": self.time_limited,
             "wall_s": self.wall_s,
         }
 

@@ -17,16 +17,22 @@ idle-node timeline and with the same physics as :mod:`parsl_malleable.replay.eng
   lower node number): if idle times are heavy-tailed, one idle for long tends to stay idle
   longer. On Summit the choice barely matters: taking the most recently idle nodes instead
   changed samples trained and starts by under 0.5 % (a day of 1,000 nodes, two weeks of all).
-* **Start-up.** Every start (the first and each restart) costs ``startup_s`` seconds (default:
-  the job's ``scale_up_s``, which the other policies charge for a start too): launching,
-  loading data and restoring the last checkpoint. The job holds its nodes during it and
-  trains nothing.
+* **Scheduling delay.** Slurm starts a pending job at its next scheduling pass, not the
+  instant nodes are free: every start holds the nodes ``schedule_delay_s`` (default
+  :data:`SCHEDULE_DELAY_S`) before the job's start-up begins.
+* **Start-up.** Every start (the first and each restart) then costs ``startup_s`` seconds: a
+  cold start of a batch job (launch, imports, data, restoring the last checkpoint). Default:
+  the job's ``startup_s`` if it has one, else :data:`STARTUP_S`, measured live. The job holds
+  its nodes during it and trains nothing.
 * **Preemption.** When an idle interval of one of its nodes ends, the native job takes the
-  node back at once: the training job is preempted. In the grace period it checkpoints, so it
-  keeps what it trained except the last ``lost_on_preempt_s`` seconds of training (default 0:
-  a checkpoint at the signal). It is requeued with its remaining samples and keeps its place
-  in the queue (a requeued Slurm job keeps its job id, so its place under FIFO priority),
-  which puts it ahead of every job that never started. Its other nodes are free at once.
+  node back at once: the training job is preempted. It keeps what it trained up to its last
+  checkpoint: every ``checkpoint_s`` seconds of a run's training (default
+  :data:`CHECKPOINT_S`; 0: a checkpoint at the signal, nothing lost), less
+  ``lost_on_preempt_s`` more seconds (default 0). It is requeued with its remaining samples
+  and keeps its place in the queue (a requeued Slurm job keeps its job id, so its place under
+  FIFO priority), which puts it ahead of every job that never started; but Slurm holds a
+  requeued job ``requeue_hold_s`` (default :data:`REQUEUE_HOLD_S`: its begin time is set that
+  far ahead) and jobs behind it may start meanwhile. Its other nodes are free at once.
 * **Completion.** A job that has trained its samples ends; its nodes are free at once.
   ``samples`` may be ``math.inf`` (an unlimited backlog): then jobs never finish and the
   figure that matters is samples trained.
@@ -48,7 +54,7 @@ import heapq
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -62,6 +68,21 @@ from parsl_malleable.replay.workload import ReplayJob
 # States of an idle interval (one node's idle period).
 _PENDING, _FREE, _HELD, _ENDED = 0, 1, 2, 3
 
+# A batch job's cold start, launch to first step: a campaign's first trial trains 18.2-27.9 s
+# after its start, median 23.2 s over the 8 undisturbed runs of docs/benchmarks.md "Early
+# stopping" (the worker, the rank's imports, the model; a site that imports torch from a shared
+# filesystem pays 30-120 s).
+STARTUP_S = 23.0
+# Slurm sets a requeued job's begin time this far ahead (its requeue hold).
+REQUEUE_HOLD_S = 120.0
+# Pending job -> running once nodes are free: "submitted -> running (Slurm)" p90 0.42 s on the
+# local cluster (docs/benchmarks.md "Node idle to first training step"); a busy site's
+# backfill pass runs every 30 s (bf_interval) and costs more.
+SCHEDULE_DELAY_S = 0.5
+# Training between two checkpoints: one every 10 minutes (about one epoch of FreeTrain's
+# ShuffleNet job on one node, 7.7 min); what a run trained since its last one is lost.
+CHECKPOINT_S = 600.0
+
 
 @dataclass
 class _Job:
@@ -70,7 +91,7 @@ class _Job:
     job: ReplayJob
     k: int
     rate: float  # samples/s on k nodes
-    startup: float
+    startup: float  # scheduling delay and start-up: held, not training
     done: float = 0.0
     node_seconds: float = 0.0
     paused_s: float = 0.0
@@ -88,14 +109,16 @@ class _Job:
             return math.inf
         return self.began + self.startup + left / self.rate
 
-    def stop(self, t: float, lost_s: float) -> None:
-        """Account the current run up to ``t``, less ``lost_s`` seconds of its training."""
+    def stop(self, t: float, lost_s: float, checkpoint_s: float = 0.0) -> None:
+        """Account the current run up to ``t``: its training to its last checkpoint (every
+        ``checkpoint_s`` of it; 0: all of it), less ``lost_s`` seconds."""
         assert self.began is not None
         held = t - self.began
         working = max(0.0, held - self.startup)
         self.node_seconds += self.k * held
         self.paused_s += held - working
-        self.done = min(self.job.samples, self.done + self.rate * max(0.0, working - lost_s))
+        kept = working - math.fmod(working, checkpoint_s) if checkpoint_s > 0 else working
+        self.done = min(self.job.samples, self.done + self.rate * max(0.0, kept - lost_s))
         self.began = None
 
     def outcome(self) -> JobOutcome:
@@ -126,6 +149,9 @@ class _Scavenger:
         jobs: list[_Job],
         lost_on_preempt_s: float,
         marks: Marks | None = None,
+        *,
+        checkpoint_s: float = 0.0,
+        requeue_hold_s: float = 0.0,
     ) -> None:
         self.tl = timeline
         self.marks = marks
@@ -133,6 +159,9 @@ class _Scavenger:
         self.stopped: dict[str, float] = {}  # job -> when a mark ended it
         self.jobs = jobs
         self.lost_s = lost_on_preempt_s
+        self.checkpoint_s = checkpoint_s
+        self.hold_s = requeue_hold_s
+        self.requeued: list[tuple[float, int]] = []  # (eligible again, job): held by Slurm
         self.interval_start: list[float] = timeline.start.tolist()
         self.interval_node: list[int] = timeline.node.tolist()
         count = len(self.interval_start)
@@ -211,10 +240,11 @@ class _Scavenger:
             else:
                 self._push_mark(index)
 
-    def _end_run(self, index: int, t: float, lost_s: float) -> None:
-        """Stop job ``index`` at ``t``; finished if its samples are trained, else requeued."""
+    def _end_run(self, index: int, t: float, lost_s: float, preempted: bool = False) -> None:
+        """Stop job ``index`` at ``t``; finished if its samples are trained, else requeued
+        (held ``requeue_hold_s`` after a preemption)."""
         run = self.jobs[index]
-        run.stop(t, lost_s)
+        run.stop(t, lost_s, self.checkpoint_s if preempted else 0.0)
         for interval in run.held:
             if self.state[interval] == _HELD:
                 self._release(interval)
@@ -224,6 +254,8 @@ class _Scavenger:
             run.done = run.job.samples
             run.finished = t
             self.finished += 1
+        elif preempted and self.hold_s > 0:
+            heapq.heappush(self.requeued, (t + self.hold_s, index))
         else:
             heapq.heappush(self.waiting, index)
 
@@ -246,7 +278,7 @@ class _Scavenger:
         if state == _FREE:
             self.free_count -= 1
         elif state == _HELD:
-            self._end_run(self.owner[interval], t, self.lost_s)
+            self._end_run(self.owner[interval], t, self.lost_s, preempted=True)
 
     def run(self) -> float:
         """Replay until every job is done or the timeline ends; returns when it ended."""
@@ -268,6 +300,7 @@ class _Scavenger:
                 submit_t[qi] if qi < len(jobs) else inf,
                 self.completions[0][0] if self.completions else inf,
                 self.mark_events[0][0] if self.mark_events else inf,
+                self.requeued[0][0] if self.requeued else inf,
             )
             # A job's last mark comes before its completion at the same time.
             if self.marks is not None:
@@ -290,6 +323,8 @@ class _Scavenger:
             while qi < len(jobs) and submit_t[qi] <= t:
                 heapq.heappush(self.waiting, qi)
                 qi += 1
+            while self.requeued and self.requeued[0][0] <= t:
+                heapq.heappush(self.waiting, heapq.heappop(self.requeued)[1])
             self._schedule(t)
         for run in jobs:
             if run.began is not None:
@@ -299,14 +334,14 @@ class _Scavenger:
         return tl.t1
 
 
-def _check(nodes_per_job: int | None, startup_s: float | None, lost_on_preempt_s: float) -> None:
+def _check(nodes_per_job: int | None, **values: float | None) -> None:
     if nodes_per_job is not None and (
         isinstance(nodes_per_job, bool) or not isinstance(nodes_per_job, int) or nodes_per_job < 1
     ):
         raise ConfigError(
             f"scavenger: nodes_per_job must be a whole number >= 1, got {nodes_per_job!r}"
         )
-    for name, value in (("startup_s", startup_s), ("lost_on_preempt_s", lost_on_preempt_s)):
+    for name, value in values.items():
         if value is not None and not (math.isfinite(value) and value >= 0):
             raise ConfigError(f"scavenger: {name} must be a finite number >= 0, got {value!r}")
 
@@ -325,32 +360,56 @@ def scavenger_replay(
     lost_on_preempt_s: float = 0.0,
     marks: Marks | None = None,
     stopped: dict[str, float] | None = None,
+    checkpoint_s: float = CHECKPOINT_S,
+    requeue_hold_s: float = REQUEUE_HOLD_S,
+    schedule_delay_s: float = SCHEDULE_DELAY_S,
 ) -> ReplayResult:
     """Replay ``jobs`` as fixed-size requeued jobs of a preemptable partition (module docstring).
 
     ``nodes_per_job``: the size of every job (default 1), clamped to each job's bounds;
     ``startup_s``: seconds each start costs (start-up and checkpoint restore; default each
-    job's ``scale_up_s``); ``lost_on_preempt_s``: seconds of training lost at each preemption
-    (the time since the last checkpoint); ``marks``: sample counts at which a running job is
-    looked at, and perhaps ended (module docstring); ``stopped``, if given, gets each job a
-    mark ended and when. A negative or non-finite value raises
-    :class:`~parsl_malleable.errors.ConfigError`.
+    job's ``startup_s``, else :data:`STARTUP_S`); ``checkpoint_s``: a run checkpoints every
+    that many seconds of training, and a preemption loses what it trained since its last one
+    (0: a checkpoint at the signal); ``lost_on_preempt_s``: seconds of training lost at each
+    preemption besides; ``requeue_hold_s``: a preempted job is eligible again that long after;
+    ``schedule_delay_s``: each start holds its nodes that long before its start-up begins;
+    ``marks``: sample counts at which a running job is looked at, and perhaps ended (module
+    docstring); ``stopped``, if given, gets each job a mark ended and when. A negative or
+    non-finite value raises :class:`~parsl_malleable.errors.ConfigError`.
     """
-    _check(nodes_per_job, startup_s, lost_on_preempt_s)
+    _check(
+        nodes_per_job,
+        startup_s=startup_s,
+        lost_on_preempt_s=lost_on_preempt_s,
+        checkpoint_s=checkpoint_s,
+        requeue_hold_s=requeue_hold_s,
+        schedule_delay_s=schedule_delay_s,
+    )
     began = time.perf_counter()
     ordered = sorted(jobs, key=lambda j: (j.submit, j.name))
     runs = []
     for job in ordered:
         k = _size(job, nodes_per_job)
-        cost = job.scale_up_s if startup_s is None else startup_s
+        own = job.startup_s if job.startup_s is not None else STARTUP_S
+        cost = (own if startup_s is None else startup_s) + schedule_delay_s
         runs.append(_Job(job, k, job.curve(k), float(cost)))
-    scavenger = _Scavenger(timeline, runs, lost_on_preempt_s, marks)
+    scavenger = _Scavenger(
+        timeline,
+        runs,
+        lost_on_preempt_s,
+        marks,
+        checkpoint_s=checkpoint_s,
+        requeue_hold_s=requeue_hold_s,
+    )
     end = scavenger.run()
     if stopped is not None:
         stopped.update(scavenger.stopped)
     wall_s = time.perf_counter() - began
     size = nodes_per_job
-    bounds = replay_bounds(timeline, list(jobs), end)
+    # Its own start cost is the offline bound's lead: the least a node waits here.
+    bounds = replay_bounds(
+        timeline, [replace(run.job, scale_up_s=run.startup) for run in runs], end
+    )
     return ReplayResult(
         policy="scavenger" if size is None else f"scavenger ({size} node{'s' * (size != 1)})",
         source=timeline.source,
@@ -367,4 +426,10 @@ def scavenger_replay(
     )
 
 
-__all__ = ["scavenger_replay"]
+__all__ = [
+    "CHECKPOINT_S",
+    "REQUEUE_HOLD_S",
+    "SCHEDULE_DELAY_S",
+    "STARTUP_S",
+    "scavenger_replay",
+]

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import csv
 import datetime as dt
-from dataclasses import replace
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field, StrictStr
 
@@ -33,6 +35,10 @@ class ReplayJob:
     samples: Amount
     submit: Number
     family: StrictStr | None = None
+    # The runtime's physics (:class:`Physics`); None: the replay's setting.
+    startup_s: Annotated[Number, Field(ge=0)] | None = None
+    regroup_s: Annotated[Number, Field(ge=0)] | None = None
+    leave_s: Annotated[Number, Field(ge=0)] | None = None
 
     def __post_init__(self) -> None:
         if self.min_nodes > self.max_nodes:
@@ -40,6 +46,100 @@ class ReplayJob:
                 f"job {self.name!r}: need 1 <= min_nodes <= max_nodes; got "
                 f"min_nodes={self.min_nodes}, max_nodes={self.max_nodes}"
             )
+
+
+PhysicsModel = Literal["runtime", "freetrain"]
+
+# The runtime's costs, from the live figures of docs/benchmarks.md (docs/replay.md, "The
+# physics", says which figure each comes from).
+# Node idle -> its rank's first step, warm joins on the local Slurm cluster: 7.06 s median
+# ("Node idle to first training step"; 6.46-7.32 s over its runs; block submitted -> first step
+# 6.8 s median in the live-training run).
+STARTUP_S = 7.0
+# The whole job's pause when ranks join: the rendezvous, "joined -> first step" 0.58 s median,
+# 0.93 s p90 (rescale pauses up 0.07 s median); the p90, rounded up, for a model larger than the
+# digits MLP it was measured on.
+REGROUP_S = 1.0
+# The whole job's pause when ranks leave at a commit: rescale pause down 0.08 s median,
+# bench_rescale's planned shrink 0.09-0.24 s; rounded up as REGROUP_S is.
+LEAVE_S = 1.0
+
+
+@dataclass(frozen=True)
+class JobCosts:
+    """What a job's node-set changes cost under one :class:`Physics` (seconds).
+
+    ``startup_s``: a node the job gains trains nothing for this long (runtime physics only; 0
+    under FreeTrain's); ``up_s``: the whole job's pause when nodes join it (runtime: the
+    regroup once the new nodes are up; FreeTrain: its ``Tcup``, from the change);
+    ``down_s``: the whole job's pause when it loses nodes and keeps some."""
+
+    startup_s: float
+    up_s: float
+    down_s: float
+
+    @property
+    def lead_s(self) -> float:
+        """The least time from a node's taking to its first training step."""
+        return self.startup_s + self.up_s
+
+
+@dataclass(frozen=True)
+class Physics:
+    """How a replay charges changes of a job's node set (docs/replay.md, "The physics").
+
+    ``"runtime"`` (the default), as this project's runtime pays: a gained node waits
+    ``startup_s`` while the job's other nodes train on, then the whole job pauses
+    ``regroup_s`` (its ranks meet); a job with no node training (a first start, or a restart
+    after losing all its nodes) so pays ``startup_s + regroup_s`` for all its nodes; a loss
+    pauses the job ``leave_s`` if it keeps nodes that train. ``"freetrain"``: FreeTrain's
+    model, which its published figures use: every change pauses the whole job, the job's
+    ``scale_up_s`` when it gains nodes (a start included), ``scale_down_s`` when it loses some,
+    both when both happen in one step; ``startup_s`` (if given) replaces ``scale_up_s`` and
+    ``leave_s`` replaces ``scale_down_s``.
+
+    A value given here applies to every job; else a job's own (``ReplayJob.startup_s`` ...),
+    else the defaults :data:`STARTUP_S`, :data:`REGROUP_S`, :data:`LEAVE_S`.
+    """
+
+    model: PhysicsModel = "runtime"
+    startup_s: float | None = None
+    regroup_s: float | None = None
+    leave_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.model not in ("runtime", "freetrain"):
+            raise ConfigError(f"physics must be 'runtime' or 'freetrain', got {self.model!r}")
+        for name in ("startup_s", "regroup_s", "leave_s"):
+            value = getattr(self, name)
+            if value is not None and not (math.isfinite(value) and value >= 0):
+                raise ConfigError(f"physics: {name} must be a finite number >= 0, got {value!r}")
+
+    def costs(self, job: ReplayJob) -> JobCosts:
+        """``job``'s costs under this physics."""
+
+        def pick(given: float | None, own: float | None, default: float) -> float:
+            return float(given if given is not None else own if own is not None else default)
+
+        if self.model == "freetrain":
+            return JobCosts(
+                0.0,
+                pick(self.startup_s, job.scale_up_s, 0.0),
+                pick(self.leave_s, job.scale_down_s, 0.0),
+            )
+        return JobCosts(
+            pick(self.startup_s, job.startup_s, STARTUP_S),
+            pick(self.regroup_s, job.regroup_s, REGROUP_S),
+            pick(self.leave_s, job.leave_s, LEAVE_S),
+        )
+
+    def bound_jobs(self, jobs: Sequence[ReplayJob]) -> list[ReplayJob]:
+        """``jobs`` with ``scale_up_s`` set to the least time from a node's taking to its first
+        step under this physics, as :mod:`~parsl_malleable.replay.bounds` reads it."""
+        return [replace(job, scale_up_s=self.costs(job).lead_s) for job in jobs]
+
+
+FREETRAIN_PHYSICS = Physics("freetrain")
 
 
 def _when(text: str) -> float:
@@ -109,4 +209,16 @@ def shift(jobs: list[ReplayJob], to: float) -> list[ReplayJob]:
     return [replace(job, submit=job.submit - first + to) for job in jobs]
 
 
-__all__ = ["ReplayJob", "load_replay_workload", "shift", "sweep"]
+__all__ = [
+    "FREETRAIN_PHYSICS",
+    "LEAVE_S",
+    "REGROUP_S",
+    "STARTUP_S",
+    "JobCosts",
+    "Physics",
+    "PhysicsModel",
+    "ReplayJob",
+    "load_replay_workload",
+    "shift",
+    "sweep",
+]

@@ -15,7 +15,7 @@ from parsl_malleable.replay.idle import IdleTimeline
 from parsl_malleable.replay.policies import make_policy
 from parsl_malleable.replay.scavenger import scavenger_replay
 from parsl_malleable.replay.scenario import hpo_sweep, summit_timeline
-from parsl_malleable.replay.workload import ReplayJob
+from parsl_malleable.replay.workload import Physics, ReplayJob
 
 
 def _timeline(intervals: list[tuple[int, float, float]], t1: float) -> IdleTimeline:
@@ -91,10 +91,13 @@ def test_no_policy_trains_more_than_either_bound(policy):
     assert 0 < result.trained <= result.offline_bound * (1 + 1e-9)
     assert result.offline_bound <= result.upper_bound * (1 + 1e-9)
     # One family that scales best at one node and a backlog larger than the idle nodes: the
-    # offline bound is every idle interval less one start pause, at the one-node rate, which
-    # is what one-node scavenger jobs train (they never rescale).
-    lead = jobs[0].scale_up_s
+    # offline bound is every idle interval less one start (the runtime's start-up and
+    # regroup), at the one-node rate, which is what one-node scavenger jobs train (they never
+    # rescale) when each start costs that and nothing else (no hold, delay or lost work).
+    lead = Physics().costs(jobs[0]).lead_s
     usable = np.clip(timeline.end - timeline.start - lead, 0.0, None).sum()
     assert result.offline_bound == pytest.approx(usable * jobs[0].curve(1), rel=1e-9)
-    scavenger = scavenger_replay(timeline, jobs)
-    assert scavenger.trained == pytest.approx(scavenger.offline_bound, rel=1e-9)
+    free = {"checkpoint_s": 0.0, "requeue_hold_s": 0.0, "schedule_delay_s": 0.0}
+    scavenger = scavenger_replay(timeline, jobs, startup_s=lead, **free)
+    assert scavenger.trained == pytest.approx(result.offline_bound, rel=1e-9)
+    assert scavenger.offline_bound == pytest.approx(result.offline_bound, rel=1e-9)

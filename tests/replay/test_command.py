@@ -85,3 +85,39 @@ def test_wide_shows_every_column_whole_on_80_columns():
     assert len(row.split()) == len(COLUMNS)
     for header in ("efficiency", "decisions", "JCT (h)"):
         assert header in result.output
+
+
+def test_a_time_limited_count_shows_only_when_some_decision_was_stopped():
+    import dataclasses
+
+    from rich.console import Console
+
+    from parsl_malleable.replay.result import ReplayResult
+
+    plain = ReplayResult("ours", "hand", 0.0, 10.0, 10.0, [], 3, 0.1, 0, 0.1)
+    stopped = dataclasses.replace(plain, policy="freetrain", time_limited=2)
+    assert plain.summary()["time_limited"] == 0
+
+    def text(results: list[ReplayResult]) -> str:
+        console = Console(width=200, record=True)
+        console.print(result_table(results, wide=False))
+        return console.export_text()
+
+    assert "limited" not in text([plain])
+    shown = text([plain, stopped])
+    assert "limited" in shown
+    (row,) = [line for line in shown.splitlines() if line.startswith("freetrain")]
+    assert row.split()[1] == "2"
+
+
+def test_the_physics_and_start_up_options_reach_the_replay():
+    args = ["replay", "--demo", "--days", "0.2", "--jobs", "4", "--policy", "freetrain"]
+    runs = {}
+    for extra in ([], ["--startup", "300"], ["--physics", "freetrain"]):
+        result = CliRunner().invoke(main, [*args, *extra])
+        assert result.exit_code == 0, result.output
+        (row,) = [line for line in result.output.splitlines() if line.startswith("freetrain ")]
+        runs[" ".join(extra)] = float(row.split()[2])
+    # A 300 s start-up trains less than the measured 7 s; FreeTrain's model differs again.
+    assert runs["--startup 300"] < runs[""]
+    assert runs["--physics freetrain"] != runs[""]

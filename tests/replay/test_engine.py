@@ -9,13 +9,17 @@ import numpy as np
 import pytest
 
 from parsl_malleable.allocate.curve import ScalingCurve
+from parsl_malleable.controller.model import DrainRanks, JobSpec, StartRanks
 from parsl_malleable.replay.engine import Replay
 from parsl_malleable.replay.idle import IdleTimeline
 from parsl_malleable.replay.policies import POLICIES, make_policy
 from parsl_malleable.replay.scenario import summit_timeline, workload_jobs
-from parsl_malleable.replay.workload import ReplayJob
+from parsl_malleable.replay.workload import FREETRAIN_PHYSICS, Physics, ReplayJob
 
 LINEAR = ScalingCurve((0, 1, 8), (0.0, 10.0, 80.0))
+FT = FREETRAIN_PHYSICS
+# The runtime's physics with round figures: 10 s start-up, 2 s regroup, 5 s leave.
+RT = Physics(startup_s=10.0, regroup_s=2.0, leave_s=5.0)
 
 
 def timeline(rows: list[tuple[int, float, float]], t1: float = 10_000.0) -> IdleTimeline:
@@ -30,7 +34,7 @@ def job(name: str = "j", samples: float = 10_000.0, submit: float = 0.0) -> Repl
 
 def test_a_job_pays_its_start_then_trains_at_its_curve():
     tl = timeline([(0, 0.0, 5000.0), (1, 0.0, 5000.0)])
-    result = Replay(tl, [job()], make_policy("freetrain")).run()
+    result = Replay(tl, [job()], make_policy("freetrain"), physics=FT).run()
     (outcome,) = result.jobs
     # Both nodes at t=0, a 10 s start pause, then 20 samples/s: 10,000 samples at t=510.
     assert outcome.finished == pytest.approx(510.0)
@@ -42,7 +46,7 @@ def test_a_job_pays_its_start_then_trains_at_its_curve():
 
 def test_a_reclaimed_node_costs_a_scale_down_pause():
     tl = timeline([(0, 0.0, 5000.0), (1, 0.0, 200.0)])
-    result = Replay(tl, [job()], make_policy("freetrain")).run()
+    result = Replay(tl, [job()], make_policy("freetrain"), physics=FT).run()
     (outcome,) = result.jobs
     # 0-10 s start pause; 10-200 s at 20/s (3,800); node 1 taken back at 200 s: 5 s pause;
     # 205 s on at 10/s: 6,200 samples left take 620 s.
@@ -156,7 +160,7 @@ def test_a_node_lost_during_the_start_pause_does_not_shorten_it():
     # pause, which used to replace the start's and let the job train from 55 s.
     slow_start = ReplayJob("j", LINEAR, 1, 8, 100.0, 5.0, 1_000.0, 0.0)
     tl = timeline([(0, 0.0, 5000.0), (1, 0.0, 50.0)])
-    result = Replay(tl, [slow_start], make_policy("freetrain")).run()
+    result = Replay(tl, [slow_start], make_policy("freetrain"), physics=FT).run()
     (outcome,) = result.jobs
     assert outcome.first_start == 0.0
     # 100 s paused (two nodes until 50 s, one after), then 1,000 samples at 10/s.
@@ -171,6 +175,108 @@ def test_no_policy_beats_the_offline_bound_when_a_node_leaves_during_a_start(nam
     # and a job that starts on it must not gain from losing it (it trained 100.5 % before).
     slow_start = ReplayJob("j", LINEAR, 1, 8, 100.0, 5.0, math.inf, 0.0)
     tl = timeline([(0, 0.0, 1000.0), (1, 0.0, 50.0)], t1=1000.0)
-    result = Replay(tl, [slow_start], make_policy(name)).run()
+    result = Replay(tl, [slow_start], make_policy(name), physics=FT).run()
     assert result.offline_bound == pytest.approx(10.0 * 900.0)
     assert 0 < result.trained <= result.offline_bound * (1 + 1e-9)
+
+
+# ----------------------------------------------------------- the runtime's physics
+
+
+def test_runtime_a_first_start_pays_start_up_and_regroup_for_every_node():
+    tl = timeline([(0, 0.0, 5000.0), (1, 0.0, 5000.0)])
+    result = Replay(tl, [job()], make_policy("freetrain"), physics=RT).run()
+    (outcome,) = result.jobs
+    # Both nodes start 0-10 s, regroup 10-12 s, then 20 samples/s: 10,000 samples at 512 s.
+    assert outcome.finished == pytest.approx(512.0)
+    assert outcome.paused_s == pytest.approx(12.0)
+    assert outcome.ideal == pytest.approx(20.0 * 512.0)
+    # The offline bound's lead is a start under this physics (12 s), not the job's Tcup.
+    assert result.offline_bound == pytest.approx(result.jobs[0].samples)
+
+
+def test_runtime_the_job_trains_on_while_a_new_node_starts():
+    tl = timeline([(0, 0.0, 2000.0), (1, 1000.0, 2000.0)], t1=2000.0)
+    unlimited = job(samples=math.inf)
+    (outcome,) = Replay(tl, [unlimited], make_policy("freetrain"), physics=RT).run().jobs
+    # Node 0 trains from 12 s; node 1 starts at 1000 s while node 0 trains on, is up at
+    # 1010 s, both regroup to 1012 s, then 20/s.
+    assert outcome.trained == pytest.approx(10.0 * 988.0 + 10.0 * 10.0 + 20.0 * 988.0)
+    assert outcome.paused_s == pytest.approx(12.0 + 2.0)
+
+
+def test_runtime_a_reclaimed_node_pauses_the_rest_its_leave():
+    tl = timeline([(0, 0.0, 5000.0), (1, 0.0, 200.0)])
+    (outcome,) = Replay(tl, [job()], make_policy("freetrain"), physics=RT).run().jobs
+    # 0-12 s start; 12-200 s at 20/s (3,760); node 1 taken back: 5 s leave; 6,240 at 10/s.
+    assert outcome.finished == pytest.approx(205.0 + 624.0)
+    assert outcome.paused_s == pytest.approx(17.0)
+
+
+def test_runtime_a_node_lost_while_it_starts_costs_the_others_nothing():
+    # Node 1 joins at 100 s and is taken back at 105 s, before it is up: node 0 never pauses.
+    tl = timeline([(0, 0.0, 1000.0), (1, 100.0, 105.0)], t1=1000.0)
+    unlimited = job(samples=math.inf)
+    (outcome,) = Replay(tl, [unlimited], make_policy("freetrain"), physics=RT).run().jobs
+    assert outcome.trained == pytest.approx(10.0 * (1000.0 - 12.0))
+
+
+class _Mover:
+    """A stand-in controller: starts ``first`` at once, and at ``when`` moves the job to
+    ``then``: in one step, or (``restart``) by draining every node in one pass of the engine
+    and starting the new set in the next pass at the same instant."""
+
+    def __init__(self, first: set[str], then: set[str], when: float, restart: bool) -> None:
+        self.held: set[str] = set()
+        self.plan = [(0.0, first), (when, then)]
+        self.restart = restart
+        self.pending: set[str] | None = None
+        self.name = ""
+        self.decisions: list[object] = []
+
+    def add_job(self, spec: JobSpec, now: float) -> None:
+        self.name = spec.name
+
+    def next_due(self, now: float) -> float | None:
+        if self.pending is not None:
+            return now
+        return next((t for t, _ in self.plan if t > now), None)
+
+    def step(self, now: float) -> list[StartRanks | DrainRanks]:
+        if self.pending is not None:
+            starts, self.pending = self.pending, None
+            self.held = set(starts)
+            return [StartRanks(self.name, v) for v in sorted(starts)]
+        due = [want for t, want in self.plan if t <= now]
+        if not self.name or not due or due[-1] == self.held:
+            return []
+        want = due[-1]
+        if self.restart and self.held:
+            drains = [DrainRanks(self.name, v, "move") for v in sorted(self.held)]
+            self.held, self.pending = set(), set(want)
+            return drains
+        drains = [DrainRanks(self.name, v, "move") for v in sorted(self.held - want)]
+        starts = [StartRanks(self.name, v) for v in sorted(want - self.held)]
+        self.held = set(want)
+        return [*drains, *starts]
+
+    def __getattr__(self, name: str) -> object:
+        return lambda *args, **kwargs: None
+
+
+def _moved(restart: bool) -> float:
+    tl = timeline([(n, 0.0, 1000.0) for n in range(3)], t1=1000.0)
+    replay = Replay(tl, [job(samples=math.inf)], make_policy("freetrain"), physics=RT)
+    replay.core = _Mover({"n0", "n1"}, {"n1", "n2"}, 500.0, restart)  # type: ignore[assignment]
+    return replay.run().trained
+
+
+def test_runtime_a_change_costs_what_its_node_states_say_however_it_is_split():
+    # At 500 s the job moves from n0, n1 to n1, n2. In one step n1 stays: a 5 s leave, n1
+    # trains 505-510 s while n2 starts, a 2 s regroup. Drained to nothing and started again at
+    # the same instant it is a restart from its checkpoint: 10 s start-up and 2 s regroup
+    # for every node. Splitting a change never makes it cheaper (it used to, under the old
+    # rule, where a job drained to nothing paid nothing).
+    before = 20.0 * (500.0 - 12.0)
+    assert _moved(False) == pytest.approx(before + 10.0 * 5.0 + 20.0 * (500.0 - 12.0))
+    assert _moved(True) == pytest.approx(before + 20.0 * (500.0 - 12.0))

@@ -13,8 +13,14 @@ import pytest
 from parsl_malleable.allocate.curve import ScalingCurve
 from parsl_malleable.errors import ConfigError
 from parsl_malleable.replay.idle import IdleTimeline
-from parsl_malleable.replay.result import JobOutcome
-from parsl_malleable.replay.scavenger import scavenger_replay
+from parsl_malleable.replay.result import JobOutcome, ReplayResult
+from parsl_malleable.replay.scavenger import (
+    CHECKPOINT_S,
+    REQUEUE_HOLD_S,
+    SCHEDULE_DELAY_S,
+    STARTUP_S,
+    scavenger_replay,
+)
 from parsl_malleable.replay.scenario import summit_timeline, workload_jobs
 from parsl_malleable.replay.workload import ReplayJob
 
@@ -36,11 +42,21 @@ def job(
     nodes: tuple[int, int] = (1, 8),
     startup: float = 10.0,
 ) -> ReplayJob:
-    return ReplayJob(name, curve, nodes[0], nodes[1], startup, 5.0, samples, submit)
+    return ReplayJob(
+        name, curve, nodes[0], nodes[1], startup, 5.0, samples, submit, startup_s=startup
+    )
+
+
+# Only the start-up charged: the arithmetic of the tests written before the other charges.
+FREE = {"checkpoint_s": 0.0, "requeue_hold_s": 0.0, "schedule_delay_s": 0.0}
+
+
+def scav(tl: IdleTimeline, jobs: list[ReplayJob], **options) -> ReplayResult:
+    return scavenger_replay(tl, jobs, **{**FREE, **options})
 
 
 def only(rows: list[tuple[int, float, float]], one: ReplayJob, **options) -> JobOutcome:
-    (outcome,) = scavenger_replay(timeline(rows), [one], **options).jobs
+    (outcome,) = scav(timeline(rows), [one], **options).jobs
     return outcome
 
 
@@ -48,7 +64,7 @@ def only(rows: list[tuple[int, float, float]], one: ReplayJob, **options) -> Job
 
 
 def test_a_job_pays_its_start_up_then_trains_at_its_curve():
-    result = scavenger_replay(timeline([(0, 0.0, 1000.0)]), [job()])
+    result = scav(timeline([(0, 0.0, 1000.0)]), [job()])
     (out,) = result.jobs
     # 0-10 s start-up, then 100 samples at 1/s.
     assert out.first_start == out.admitted == 0.0
@@ -98,7 +114,7 @@ def test_a_multi_node_job_waits_until_enough_nodes_are_idle_at_once():
     assert out.node_seconds == pytest.approx(120.0)
     assert out.ideal == pytest.approx(120.0)
     # Never two nodes at once: never starts; the replay runs to the timeline's end.
-    result = scavenger_replay(timeline([(0, 0.0, 100.0), (1, 200.0, 300.0)]), [two])
+    result = scav(timeline([(0, 0.0, 100.0), (1, 200.0, 300.0)]), [two])
     (never,) = result.jobs
     assert never.first_start is None and never.finished is None
     assert never.trained == 0.0 and never.node_seconds == 0.0
@@ -114,7 +130,7 @@ def test_a_node_idle_for_less_than_the_start_up_trains_nothing():
 
 
 def test_jobs_wait_for_their_submit_time_and_run_first_come_first_served():
-    result = scavenger_replay(
+    result = scav(
         timeline([(0, 0.0, 1000.0)]), [job("late", submit=80.0), job("early", submit=50.0)]
     )
     early, late = result.jobs  # outcomes come in queue order
@@ -127,7 +143,7 @@ def test_jobs_wait_for_their_submit_time_and_run_first_come_first_served():
 
 def test_a_requeued_job_keeps_its_place_in_the_queue():
     rows = [(0, 0.0, 50.0), (0, 100.0, 1000.0)]
-    first, second = scavenger_replay(timeline(rows), [job("a"), job("b", submit=10.0)]).jobs
+    first, second = scav(timeline(rows), [job("a"), job("b", submit=10.0)]).jobs
     # a is preempted at 50 s and restarts at 100 s ahead of b, which never started.
     assert first.finished == pytest.approx(170.0)
     assert second.first_start == pytest.approx(170.0)
@@ -138,7 +154,7 @@ def test_a_preempted_job_frees_its_other_nodes_and_blocks_the_queue():
     rows = [(0, 0.0, 50.0), (1, 0.0, 1000.0), (2, 60.0, 1000.0)]
     big = job("big", samples=1000.0, curve=PER_NODE, nodes=(2, 2))
     small = job("small", samples=10.0, submit=1.0)
-    a, b = scavenger_replay(timeline(rows), [big, small]).jobs
+    a, b = scav(timeline(rows), [big, small]).jobs
     # big: 80 samples in 10-50 s; node 1 is free at 50 s but big, at the head, needs two:
     # small waits (no backfill). At 60 s big restarts on nodes 1 and 2: 920 left at 2/s.
     assert a.finished == pytest.approx(530.0)
@@ -167,7 +183,7 @@ def test_the_node_idle_the_longest_is_taken():
 def test_the_size_is_clamped_to_the_jobs_bounds(nodes_per_job, size, policy):
     rows = [(n, 0.0, 1000.0) for n in range(6)]
     one = job(samples=120.0, curve=PER_NODE, nodes=(2, 4))
-    result = scavenger_replay(timeline(rows), [one], nodes_per_job=nodes_per_job, startup_s=0.0)
+    result = scav(timeline(rows), [one], nodes_per_job=nodes_per_job, startup_s=0.0)
     (out,) = result.jobs
     assert out.finished == pytest.approx(120.0 / size)
     assert out.node_seconds == pytest.approx(120.0)
@@ -181,9 +197,66 @@ def test_a_start_up_given_overrides_the_jobs_scale_up_cost():
 
 
 def test_no_job_makes_an_empty_result():
-    result = scavenger_replay(timeline([(0, 0.0, 1000.0)]), [])
+    result = scav(timeline([(0, 0.0, 1000.0)]), [])
     assert result.jobs == []
     assert result.t1 == 0.0 and result.idle_node_seconds == 0.0
+
+
+# ------------------------------------------------- what a preemptable job pays
+
+
+def test_the_default_start_up_is_the_measured_cold_start():
+    bare = ReplayJob("j", ONE_PER_S, 1, 1, 18.0, 12.0, 100.0, 0.0)  # no start-up of its own
+    (out,) = scavenger_replay(timeline([(0, 0.0, 1000.0)]), [bare], **FREE).jobs
+    assert out.finished == pytest.approx(STARTUP_S + 100.0)
+    assert bare.scale_up_s != STARTUP_S
+
+
+def test_every_start_waits_for_the_scheduling_pass():
+    rows = [(0, 0.0, 50.0), (0, 100.0, 1000.0)]
+    # Each of the two starts holds the node 2 s more: 38 samples, then 62 from 114 s.
+    out = only(rows, job(), schedule_delay_s=2.0)
+    assert out.finished == pytest.approx(100.0 + 12.0 + 62.0)
+    assert out.paused_s == pytest.approx(2 * 12.0)
+
+
+def test_a_preempted_job_is_held_before_it_may_start_again():
+    rows = [(0, 0.0, 50.0), (0, 100.0, 1000.0)]
+    # Preempted at 50 s with 40 samples; eligible again at 50 + 120 s, not at 100 s.
+    out = only(rows, job(), requeue_hold_s=120.0)
+    assert out.first_start == 0.0
+    assert out.finished == pytest.approx(170.0 + 10.0 + 60.0)
+
+
+def test_a_held_job_lets_the_jobs_behind_it_start():
+    rows = [(0, 0.0, 50.0), (0, 100.0, 1000.0)]
+    a, b = scav(timeline(rows), [job("a"), job("b", submit=10.0)], requeue_hold_s=120.0).jobs
+    # a is held until 170 s; b, never started, takes the node at 100 s and finishes at 210 s;
+    # a then starts.
+    assert b.first_start == pytest.approx(100.0)
+    assert b.finished == pytest.approx(210.0)
+    assert a.finished == pytest.approx(210.0 + 10.0 + 60.0)
+
+
+def test_a_preemption_loses_the_training_since_the_last_checkpoint():
+    rows = [(0, 0.0, 50.0), (0, 100.0, 1000.0)]
+    # 40 s of training, a checkpoint every 15 s: 30 kept, 10 lost; 70 left after 110 s.
+    assert only(rows, job(), checkpoint_s=15.0).finished == pytest.approx(180.0)
+    # Checkpoints rarer than the run: all of it lost.
+    assert only(rows, job(), checkpoint_s=600.0).finished == pytest.approx(210.0)
+    # A job that finishes, or one the timeline's end stops, loses nothing.
+    assert only([(0, 0.0, 1000.0)], job(), checkpoint_s=600.0).trained == pytest.approx(100.0)
+
+
+def test_the_defaults_charge_every_cost():
+    rows = [(0, 0.0, 50.0), (0, 100.0, 1000.0)]
+    charged = scavenger_replay(timeline(rows), [job(startup=10.0)])
+    (out,) = charged.jobs
+    # 10 s start-up + 0.5 s scheduling; preempted at 50 s, its 39.5 s since the start lost
+    # (10-minute checkpoints); held until 170 s; then 100 samples after 10.5 s.
+    assert SCHEDULE_DELAY_S == 0.5 and REQUEUE_HOLD_S == 120.0 and CHECKPOINT_S == 600.0
+    assert out.finished == pytest.approx(170.0 + 10.5 + 100.0)
+    assert charged.trained < scav(timeline(rows), [job(startup=10.0)]).trained + 1e-9
 
 
 # --------------------------------------------------------- unlimited backlog
@@ -203,14 +276,14 @@ def test_an_unlimited_backlog_trains_every_interval_past_its_start_up(seed):
     tl = random_timeline(seed)
     backlog = [job(f"j{i}", samples=math.inf, curve=PER_NODE, nodes=(1, 1)) for i in range(6)]
     length = tl.end - tl.start
-    result = scavenger_replay(tl, backlog)
+    result = scav(tl, backlog)
     assert result.trained == pytest.approx(np.maximum(0.0, length - 10.0).sum())
     # Every idle node-second is held; no job finishes; the replay runs to the end.
     assert result.harvested_node_seconds == pytest.approx(tl.idle_node_seconds())
     assert result.finished == [] and result.t1 == tl.t1
     # 3 s lost at each preemption; an interval cut at the end of the timeline is not one.
     lost = np.where(tl.end < tl.t1, 13.0, 10.0)
-    lossy = scavenger_replay(tl, backlog, lost_on_preempt_s=3.0)
+    lossy = scav(tl, backlog, lost_on_preempt_s=3.0)
     assert lossy.trained == pytest.approx(np.maximum(0.0, length - lost).sum())
 
 
@@ -282,7 +355,7 @@ def test_the_replay_matches_a_second_by_second_reference(seed):
         )
         jobs.append(job(f"j{i}", samples, submit, nodes=(k, k), startup=startup))
     lost = float(rng.integers(0, 6))
-    result = scavenger_replay(tl, jobs, lost_on_preempt_s=lost)
+    result = scav(tl, jobs, lost_on_preempt_s=lost)
     got = [
         (o.name, o.first_start, o.finished, o.node_seconds, o.paused_s, o.rescales + 1, o.trained)
         for o in result.jobs
@@ -312,6 +385,9 @@ def test_the_replay_matches_a_second_by_second_reference(seed):
         {"startup_s": math.nan},
         {"lost_on_preempt_s": -0.5},
         {"lost_on_preempt_s": math.inf},
+        {"checkpoint_s": -1.0},
+        {"requeue_hold_s": math.nan},
+        {"schedule_delay_s": -0.1},
     ],
 )
 def test_bad_parameters_are_refused(options):

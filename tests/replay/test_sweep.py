@@ -125,13 +125,18 @@ class StopFirst:
 @pytest.mark.parametrize("policy", ["freetrain", "scavenger"])
 def test_a_stopped_job_frees_its_node_at_once(policy: str):
     """One node: ``a`` starts, is stopped at its first mark (10 s start + 100 s), and ``b``
-    gets the node at that instant."""
+    gets the node at that instant (FreeTrain's physics: a start pauses the job's 10 s Tcup;
+    the scavenger's start-up set to the same, and no scheduling delay)."""
     tl, jobs, marks = timeline(1), [job("a", 5000.0), job("b", 2000.0)], StopFirst()
     if policy == "scavenger":
         stopped: dict[str, float] = {}
-        result = scavenger_replay(tl, jobs, marks=marks, stopped=stopped)
+        result = scavenger_replay(
+            tl, jobs, marks=marks, stopped=stopped, startup_s=10.0, schedule_delay_s=0.0
+        )
     else:
-        replay = Replay(tl, jobs, make_policy(policy), max_jobs=None, marks=marks)
+        replay = Replay(
+            tl, jobs, make_policy(policy), max_jobs=None, marks=marks, physics="freetrain"
+        )
         result = replay.run()
         stopped = replay.stopped
     a, b = sorted(result.jobs, key=lambda j: j.name)
