@@ -196,7 +196,7 @@ class ControllerCore:
         if self._first_dirty is not None:
             times.append(self._dirty_due())
         elif self._new_measurements and self.decisions:
-            times.append(self.decisions[-1].time + self.settings.redecide_s)
+            times.append(self._redecide_due())
         margin = self.settings.drain_margin_s
         times.extend(
             b.deadline - margin
@@ -261,6 +261,12 @@ class ControllerCore:
             self._first_dirty + self.settings.max_delay_s,
         )
 
+    def _redecide_due(self) -> float:
+        """When new measurements are decided on (there is a decision). One expression for
+        ``next_due`` and ``step``: ``now - last >= redecide_s`` can be false at ``now = last +
+        redecide_s`` by rounding, and a jumping clock would then land there forever."""
+        return self.decisions[-1].time + self.settings.redecide_s
+
     def _expire(self, now: float) -> None:
         margin = self.settings.drain_margin_s
         for block in self.blocks.values():
@@ -270,9 +276,7 @@ class ControllerCore:
 
     def _decision_due(self, now: float) -> bool:
         if self._first_dirty is None:
-            stale = bool(self.decisions) and (
-                now - self.decisions[-1].time >= self.settings.redecide_s
-            )
+            stale = bool(self.decisions) and now >= self._redecide_due()
             if self._new_measurements and stale:
                 self._touch(now, "new throughput measurements")
                 return True

@@ -63,6 +63,10 @@ log = logging.getLogger(__name__)
 
 # Samples short of the total that still count as done (float rounding of rate x time).
 DONE_TOLERANCE = 1e-6
+# Loop passes at one instant before the replay calls itself stuck: every pass there consumes an
+# event, a decision or a report, so a real instant needs far fewer; a clock that never
+# advances is a bug to report, not a run that never ends.
+MAX_PASSES_AT_ONE_TIME = 100_000
 
 
 class Marks(Protocol):
@@ -348,6 +352,7 @@ class Replay:
         ends = np.argsort(tl.end, kind="stable")
         si = ei = qi = 0
         next_report = math.inf
+        passes_here = 0
         while True:
             candidates = [tl.t1]
             if si < len(starts):
@@ -365,6 +370,12 @@ class Replay:
                 candidates.append(due)
             candidates.append(next_report)
             t = max(self.now, min(candidates))
+            passes_here = passes_here + 1 if t == self.now else 0
+            if passes_here > MAX_PASSES_AT_ONE_TIME:
+                raise RuntimeError(
+                    f"replay {self.policy.name}: the clock has not moved from t={t} in "
+                    f"{MAX_PASSES_AT_ONE_TIME} passes (a bug: please report it)"
+                )
             self._advance(t)
             lost: dict[str, bool] = {}
             gained: dict[str, bool] = {}

@@ -203,6 +203,25 @@ def test_next_due_says_when_the_debounced_decision_falls_due():
     assert c.next_due(1.0) == pytest.approx(1000.0 - 30.0)
 
 
+def test_a_clock_that_jumps_to_next_due_gets_the_redecision_there():
+    # A time whose sum with 30 s rounds so that (t + 30) - t < 30: the replay jumped to
+    # next_due, step found nothing due, and the clock stayed there forever (CI: a 0.5-day
+    # replay that never ended).
+    t = 8164.3737056069085
+    assert (t + 30.0) - t < 30.0
+    c = core(debounce_s=0.0, max_delay_s=0.0, redecide_s=30.0)
+    add_nodes(c, t, 1)
+    c.add_job(JobSpec("a", 1, 1, curve=LINEAR), t)
+    c.step(t)
+    assert [d.time for d in c.decisions] == [t]
+    c.report_throughput("a", 1, 90.0)
+    due = c.next_due(t + 1.0)
+    assert due == t + 30.0
+    c.step(due)
+    assert len(c.decisions) == 2
+    assert c.next_due(due) is None
+
+
 def test_completion_objective_favours_the_job_nearest_its_end():
     c = ControllerCore(
         CoreSettings(debounce_s=0.0, max_delay_s=0.0, policy=PolicySettings(objective="completion"))

@@ -280,3 +280,16 @@ def test_runtime_a_change_costs_what_its_node_states_say_however_it_is_split():
     before = 20.0 * (500.0 - 12.0)
     assert _moved(False) == pytest.approx(before + 10.0 * 5.0 + 20.0 * (500.0 - 12.0))
     assert _moved(True) == pytest.approx(before + 20.0 * (500.0 - 12.0))
+
+
+def test_a_clock_that_stops_moving_is_an_error_not_a_hang(monkeypatch):
+    from parsl_malleable.replay import engine
+
+    monkeypatch.setattr(engine, "MAX_PASSES_AT_ONE_TIME", 50)
+    tl = timeline([(0, 0.0, 5000.0)])
+    run = Replay(tl, [job()], make_policy("ours"), physics=RT)
+    # A controller that always says a decision is due now and never makes one.
+    monkeypatch.setattr(run.core, "next_due", lambda now: now)
+    monkeypatch.setattr(run.core, "step", lambda now: [])
+    with pytest.raises(RuntimeError, match="clock has not moved"):
+        run.run()
