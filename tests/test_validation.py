@@ -23,7 +23,7 @@ from parsl_malleable.controller.core import CoreSettings
 from parsl_malleable.controller.model import JobSpec
 from parsl_malleable.controller.policy import PolicySettings
 from parsl_malleable.errors import ConfigError
-from parsl_malleable.replay.workload import ReplayJob
+from parsl_malleable.replay.workload import Physics, ReplayJob
 
 PACKAGE = Path(__file__).resolve().parents[1] / "parsl_malleable"
 
@@ -60,6 +60,7 @@ BOUNDARY = {
         "samples": 10.0,
         "submit": 0.0,
     },
+    Physics: {"model": "runtime", "startup_s": 7.0, "regroup_s": 1.0, "leave_s": 1.0},
 }
 
 

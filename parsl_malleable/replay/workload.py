@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import csv
 import datetime as dt
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -84,7 +83,7 @@ class JobCosts:
         return self.startup_s + self.up_s
 
 
-@dataclass(frozen=True)
+@boundary(ConfigError)
 class Physics:
     """How a replay charges changes of a job's node set (docs/replay.md, "The physics").
 
@@ -103,17 +102,9 @@ class Physics:
     """
 
     model: PhysicsModel = "runtime"
-    startup_s: float | None = None
-    regroup_s: float | None = None
-    leave_s: float | None = None
-
-    def __post_init__(self) -> None:
-        if self.model not in ("runtime", "freetrain"):
-            raise ConfigError(f"physics must be 'runtime' or 'freetrain', got {self.model!r}")
-        for name in ("startup_s", "regroup_s", "leave_s"):
-            value = getattr(self, name)
-            if value is not None and not (math.isfinite(value) and value >= 0):
-                raise ConfigError(f"physics: {name} must be a finite number >= 0, got {value!r}")
+    startup_s: Annotated[Number, Field(ge=0)] | None = None
+    regroup_s: Annotated[Number, Field(ge=0)] | None = None
+    leave_s: Annotated[Number, Field(ge=0)] | None = None
 
     def costs(self, job: ReplayJob) -> JobCosts:
         """``job``'s costs under this physics."""
