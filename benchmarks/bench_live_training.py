@@ -116,6 +116,8 @@ class LiveRun:
     block_waits: BlockWaits | None = None
     jobs_done: dict[str, float] = field(default_factory=dict)  # job -> done, s after t0
     jobs_failed: dict[str, str] = field(default_factory=dict)
+    # Each node's start-up phases (NodeStartup.gaps) for blocks submitted after t0.
+    startup_phases: list[dict[str, float | None]] = field(default_factory=list)
 
 
 def samples_trained(epochs: list[dict[str, Any]], until: float) -> float:
@@ -162,6 +164,11 @@ def submit_stream(
         submitted[job.index] = time.time()
         ids[job.index] = site.submit_native(job, run_dir / f"native-{job.index}")
     return t0, submitted, ids
+
+
+def stream_span_s(natives: list[Native]) -> float:
+    """Seconds from the stream's first arrival to its last native's planned end."""
+    return max(j.at + j.run_s for j in natives)
 
 
 def natives_done(site: Site) -> bool:
@@ -215,7 +222,13 @@ def harvest(
     site: Site | None = None,
     epochs: int = 0,
     finish_s: float = 0.0,
+    jobs_spec: dict[str, tuple[tuple[int, ...], int]] | None = None,
+    lead: bool = True,
 ) -> LiveRun:
+    """One harvesting run of ``natives`` in ``mode``: the training jobs ``jobs_spec`` (default
+    :data:`JOBS`: name -> (hidden layers, max nodes)). With ``lead`` the stream starts once the
+    jobs train on the whole machine; without, the stream and the jobs start together (``t0``:
+    the jobs' submission)."""
     import parsl
     from parsl.config import Config
     from parsl_malleable.apps.digits import train_elastic
@@ -227,6 +240,7 @@ def harvest(
     from parsl_malleable.provider import BackfillProvider, harvest_executor
 
     site = site or SlurmSite()
+    spec = JOBS if jobs_spec is None else jobs_spec
     if not wait_until(site.machine_idle, 120):
         raise RuntimeError("the cluster did not become idle; is another job running?")
     run_dir = Path(tempfile.mkdtemp(dir=work, prefix=f"{mode}-"))
@@ -246,7 +260,8 @@ def harvest(
     with parsl.load(Config(executors=[htex], run_dir=str(run_dir / "runinfo"))):
         controller = configure(htex)
         jobs = {}
-        for seed, (name, (hidden, max_nodes)) in enumerate(JOBS.items()):
+        submitted_jobs_at = time.time()
+        for seed, (name, (hidden, max_nodes)) in enumerate(spec.items()):
             app = malleable_app(
                 checkpoint_dir=str(run_dir / name), max_nodes=max_nodes, checkpoint_every=200
             )(train_elastic)
@@ -261,27 +276,31 @@ def harvest(
 
         def whole_machine_trains() -> bool:
             # (A campaign's job may end first: then the machine the others can use.)
-            wanted = sum(JOBS[n][1] for n, j in jobs.items() if not j.future.done())
+            wanted = sum(spec[n][1] for n, j in jobs.items() if not j.future.done())
             running = sum(j.coordinator.running_world_size() for j in jobs.values())
             return running >= min(NODES, wanted)
 
-        if not wait_until(whole_machine_trains, 180, 0.5):
+        if lead and not wait_until(whole_machine_trains, 180, 0.5):
             print(f"# {mode}: the jobs did not train on all {NODES} nodes before the stream")
-        training_before = controller.phases.training_s()
-        before = {n: samples_trained(j.coordinator.epochs(), time.time()) for n, j in jobs.items()}
+        training_before = controller.phases.training_s() if lead else 0.0
+        before = {
+            n: samples_trained(j.coordinator.epochs(), time.time()) if lead else 0.0
+            for n, j in jobs.items()
+        }
         t0, submitted, ids = submit_stream(natives, run_dir, site)
-        wait_until(lambda: natives_done(site), 600, 0.25)
+        if not lead:
+            t0 = submitted_jobs_at
+        wait_until(lambda: natives_done(site), stream_span_s(natives) + 600, 0.25)
         starts, nodes = read_natives(natives, run_dir, ids, site)
         t1 = max(starts[j.index] + j.run_s for j in natives)
         # The phase log is read each controller tick (0.25 s): one more tick, then count.
         time.sleep(max(0.0, t1 + 2 * controller.tick_s - time.time()))
         training = controller.phases.training_s() - training_before
         epochs_of = {n: j.coordinator.epochs() for n, j in jobs.items()}
-        startups = [
-            s.first_step - s.submitted
-            for s in controller.phases.startups()
-            if s.submitted is not None and s.submitted >= t0
+        rows = [
+            s for s in controller.phases.startups() if s.submitted is not None and s.submitted >= t0
         ]
+        startups = [s.first_step - s.submitted for s in rows if s.submitted is not None]
         history = provider.history()
         if epochs and finish_s > 0:
             # The campaign's jobs get finish_s more to end (on whatever the machine gives).
@@ -318,12 +337,14 @@ def harvest(
         preempted=sum(r.cancel_reason is None and "preempted" in r.message for r in history),
         yields=sum(r.cancel_reason is CancelReason.YIELD for r in history),
         startup_s=startups,
+        startup_phases=[s.gaps() for s in rows],
     )
     if site.reports_leftovers:
         run.natives_done = site.natives_finished(ids)
         run.blocks_left, run.gone_after_s = left, gone_s
         grace = provider.profile.yield_grace_s
         run.block_waits = block_waits(history, natives, submitted, starts, nodes, grace)
+    if epochs:
         run.jobs_done = {n: done_at[n] - t0 for n in sorted(finished - set(failed))}
         run.jobs_failed = failed
     if startups:

@@ -1,0 +1,89 @@
+"""``bench_live_site.py``'s parts that need no cluster: the Summit window its rule picks and the
+natives made from it, and the submitit-style trial that checkpoints on Slurm's preemption
+notice (SIGTERM) and resumes without losing or repeating a step."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+def _load(name: str) -> Any:
+    sys.path.insert(0, str(BENCH))  # the scripts import their neighbours
+    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_window_meets_its_rule_and_its_natives_fill_exactly_its_busy_time() -> None:
+    bench = _load("bench_live_site")
+    window, natives = bench.summit_stream(20)
+    length = 20 * 60.0
+    assert window.length_s == length
+    assert bench.IDLE_SHARE[0] <= window.idle_share <= bench.IDLE_SHARE[1]
+    assert len(natives) >= bench.MIN_NATIVES
+    # Holes kept at Summit's length: their median is the trace's own, near enough.
+    assert abs(window.median_hole_s - bench.TRACE_MEDIAN_HOLE_S) < 100
+    busy = sum(j.nodes * j.run_s for j in natives)
+    assert busy == pytest.approx((1 - window.idle_share) * bench.NODES * length)
+    for j in natives:
+        assert j.at >= 0 and j.at + j.run_s <= length + 1e-6
+        assert j.limit_min * 60 >= j.run_s  # no native is killed by its own limit
+    # Never more nodes busy than the machine has (the stream fits, as it did on Summit).
+    for t in sorted({j.at for j in natives}):
+        assert sum(j.nodes for j in natives if j.at <= t < j.at + j.run_s) <= bench.NODES
+
+
+def _wait_for(condition: Any, timeout_s: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def _segments(folder: Path) -> list[dict[str, Any]]:
+    return [json.loads(p.read_text()) for p in sorted(folder.glob("t.seg-*.json"))]
+
+
+def test_a_trial_checkpoints_on_the_notice_and_resumes_to_the_same_step_count(
+    tmp_path: Path,
+) -> None:
+    argv = [
+        sys.executable, str(BENCH / "scavenger_trial.py"), "--name", "t", "--dir",
+        str(tmp_path), "--hidden", "16", "--epochs", "3", "--step-s", "0.02",
+        "--checkpoint-every", "5",
+    ]  # fmt: skip
+    env = {**os.environ, "SLURM_JOB_ID": "1", "OMP_NUM_THREADS": "1"}
+    first = subprocess.Popen(argv, env=env)
+    # The notice comes after its first checkpoint (step 5), between two others.
+    _wait_for(lambda: any(s["step"] >= 5 for s in _segments(tmp_path)))
+    first.send_signal(signal.SIGTERM)
+    assert first.wait(60) == 0
+    (seg,) = _segments(tmp_path)
+    assert seg["notice"] is not None
+    assert not (tmp_path / "t.done").exists()
+    stopped_at = seg["step"]
+    subprocess.run(argv, env={**env, "SLURM_JOB_ID": "2"}, check=True, timeout=300)
+    done = json.loads((tmp_path / "t.done").read_text())
+    second = next(s for s in _segments(tmp_path) if s["job"] == "2")
+    assert second["start_step"] == stopped_at
+    # The same steps and the same model as one uninterrupted process: nothing lost or repeated.
+    from parsl_malleable.apps.digits import train_reference
+
+    reference = train_reference(epochs=3, hidden=(16,), seed=0)
+    assert done["steps"] == reference["steps"]
+    assert done["test_accuracy"] == pytest.approx(reference["test_accuracy"], abs=1e-12)
