@@ -68,6 +68,8 @@ from bench_live_training import (
     baseline,
     harvest,
     idle_node_seconds,
+    live_timeline,
+    measured_jobs,
     natives_done,
     read_natives,
     stream_span_s,
@@ -271,62 +273,21 @@ def scavenger(
 # ----------------------------------------------------------------- replay of a live run
 
 
-def replay_of(run: LiveRun, natives: list[Native], epochs: int) -> tuple[dict[str, float], float]:
+def replay_of(run: LiveRun, natives: list[Native], epochs: int) -> dict[str, float]:
     """The run's natives (their live starts and nodes) replayed on a simulated clock with the
     same six jobs, at the per-node rates measured live: each job's time to result from ``t0``
-    (missing: not done by the end), and samples trained by the stream's end."""
-    from parsl_malleable.allocate.curve import ScalingCurve
-    from parsl_malleable.replay.engine import replay
-    from parsl_malleable.replay.idle import IdleTimeline
-    from parsl_malleable.replay.policies import make_policy
-    from parsl_malleable.replay.workload import ReplayJob
-
-    end = run.t0 + max(max(run.jobs_done.values(), default=0.0), run.t1 - run.t0) + 3600.0
-    busy: dict[str, list[tuple[float, float]]] = {n: [] for n in NAMES}
-    for j in natives:
-        for node in run.native_nodes[j.index]:
-            start = run.native_starts[j.index]
-            busy[node].append((start, start + j.run_s))
-    node, lo, hi = [], [], []
-    for k, name in enumerate(NAMES):
-        t = run.t0
-        for start, stop in sorted(busy[name]):
-            if start > t:
-                node.append(k)
-                lo.append(t)
-                hi.append(start)
-            t = max(t, stop)
-        node.append(k)
-        lo.append(t)
-        hi.append(end)
-    timeline = IdleTimeline.build(
-        tuple(NAMES), np.array(node), np.array(lo), np.array(hi), "live site stream", run.t0, end
-    )
+    (missing: not done by the end)."""
     from parsl_malleable.apps.digits import load_data
 
+    from parsl_malleable.replay.engine import replay
+    from parsl_malleable.replay.policies import make_policy
+
+    end = run.t0 + max(max(run.jobs_done.values(), default=0.0), run.t1 - run.t0) + 3600.0
+    timeline = live_timeline(run, natives, NAMES, end, "live site stream")
     per_epoch = len(load_data()[0])  # the digits training split
-    jobs = []
-    for name, (_, max_nodes) in SITE_JOBS.items():
-        rates = run.rates.get(name, {})
-        points = [(n, rates[n]) for n in sorted(rates) if n <= max_nodes]
-        if not points:
-            print(f"# {run.mode}: job {name} has no measured rate; left out of the replay")
-            continue
-        jobs.append(
-            ReplayJob(
-                name=name,
-                curve=ScalingCurve.from_points(points),
-                min_nodes=1,
-                max_nodes=max_nodes,
-                scale_up_s=0.0,
-                scale_down_s=0.0,
-                samples=float(epochs * per_epoch),
-                submit=run.t0,
-            )
-        )
+    jobs = measured_jobs(run, SITE_JOBS, float(epochs * per_epoch))
     result = replay(timeline, jobs, make_policy("ours"), max_jobs=None)
-    done = {j.name: j.finished - run.t0 for j in result.jobs if j.finished is not None}
-    return done, sum(j.trained for j in result.jobs)
+    return {j.name: j.finished - run.t0 for j in result.jobs if j.finished is not None}
 
 
 # ----------------------------------------------------------------- report
@@ -388,7 +349,7 @@ def report(runs: list[LiveRun], natives: list[Native], epochs: int) -> dict[str,
         }
         if run.mode == "scavenger":
             continue
-        replayed, _ = replay_of(run, natives, epochs)
+        replayed = replay_of(run, natives, epochs)
         if len(replayed) == len(done) == len(SITE_JOBS):
             ratio = max(replayed.values()) / max(done.values())
             print(

@@ -356,19 +356,14 @@ def harvest(
     return run
 
 
-def replayed_samples(
-    run: LiveRun, natives: list[Native], calibration: Path | None, names: Sequence[str] = NAMES
-) -> float:
-    """Samples the replay engine trains on this run's idle nodes (``names``) with its measured
-    rates."""
+def live_timeline(
+    run: LiveRun, natives: list[Native], names: Sequence[str], end: float, source: str
+) -> Any:
+    """The idle timeline of ``names`` from ``run.t0`` to ``end``: every node idle except while
+    a native ran on it (its live start and nodes)."""
     import numpy as np
 
-    from parsl_malleable.allocate.curve import ScalingCurve
-    from parsl_malleable.replay.calibration import apply_calibration, load_calibration
-    from parsl_malleable.replay.engine import replay
     from parsl_malleable.replay.idle import IdleTimeline
-    from parsl_malleable.replay.policies import make_policy
-    from parsl_malleable.replay.workload import ReplayJob
 
     busy: dict[str, list[tuple[float, float]]] = {n: [] for n in names}
     for j in natives:
@@ -378,20 +373,30 @@ def replayed_samples(
     node, lo, hi = [], [], []
     for k, name in enumerate(names):
         t = run.t0
-        for start, end in sorted(busy[name]):
+        for start, stop in sorted(busy[name]):
             if start > t:
                 node.append(k)
                 lo.append(t)
                 hi.append(start)
-            t = max(t, end)
+            t = max(t, stop)
         node.append(k)
         lo.append(t)
-        hi.append(run.t1)
-    timeline = IdleTimeline.build(
-        tuple(names), np.array(node), np.array(lo), np.array(hi), "live stream", run.t0, run.t1
+        hi.append(end)
+    return IdleTimeline.build(
+        tuple(names), np.array(node), np.array(lo), np.array(hi), source, run.t0, end
     )
+
+
+def measured_jobs(
+    run: LiveRun, spec: dict[str, tuple[tuple[int, ...], int]], samples: float
+) -> list[Any]:
+    """The jobs of ``spec`` as replay jobs submitted at ``run.t0``, each ``samples`` long, at
+    the per-node rates measured live (a job with none is left out, and said so)."""
+    from parsl_malleable.allocate.curve import ScalingCurve
+    from parsl_malleable.replay.workload import ReplayJob
+
     jobs = []
-    for name, (_, max_nodes) in JOBS.items():
+    for name, (_, max_nodes) in spec.items():
         rates = run.rates.get(name, {})
         points = [(n, rates[n]) for n in sorted(rates) if n <= max_nodes]
         if not points:
@@ -405,10 +410,24 @@ def replayed_samples(
                 max_nodes=max_nodes,
                 scale_up_s=0.0,
                 scale_down_s=0.0,
-                samples=math.inf,
+                samples=samples,
                 submit=run.t0,
             )
         )
+    return jobs
+
+
+def replayed_samples(
+    run: LiveRun, natives: list[Native], calibration: Path | None, names: Sequence[str] = NAMES
+) -> float:
+    """Samples the replay engine trains on this run's idle nodes (``names``) with its measured
+    rates."""
+    from parsl_malleable.replay.calibration import apply_calibration, load_calibration
+    from parsl_malleable.replay.engine import replay
+    from parsl_malleable.replay.policies import make_policy
+
+    timeline = live_timeline(run, natives, names, run.t1, "live stream")
+    jobs = measured_jobs(run, JOBS, math.inf)
     if calibration is not None:
         timeline, jobs = apply_calibration(timeline, jobs, load_calibration(calibration))
     result = replay(timeline, jobs, make_policy("ours"), max_jobs=None)
