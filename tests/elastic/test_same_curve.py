@@ -138,10 +138,13 @@ def test_one_config_trains_to_the_same_loss_curve_on_any_world_size(tmp_path: Pa
     for n in (2, 3):
         assert curves[str(n)]["sizes"] == [n] * STEPS
         assert worst[str(n)] <= RTOL, n
-    # The grow and the shrink happened mid-run, and changed nothing.
+    # The grow and the shrink happened mid-run, and changed nothing. The two joiners are separate
+    # processes: on a loaded machine one can arrive after the other's commit (a settle of 0.3 s),
+    # so the grow may pass through 2 (CI once saw [1, 2, 3, 2]); either way it grows to 3, then
+    # shrinks to 2.
     sizes = curves["elastic"]["sizes"]
     changes = [s for i, s in enumerate(sizes) if i == 0 or s != sizes[i - 1]]
-    assert changes == [1, 3, 2], changes
+    assert changes in ([1, 3, 2], [1, 2, 3, 2]), changes
     assert worst["elastic"] <= RTOL
     # No learning-rate scaling by default, through any resize.
     assert {curves[n]["lr"] for n in ("1", "2", "3", "elastic")} == {ARGS["lr"]}
