@@ -26,8 +26,9 @@ PACKAGE = "parsl_malleable"
 # kept in apps/ and installed as parsl_malleable.apps (pyproject.toml's package-dir).
 LAYERS: list[tuple[str, ...]] = [
     ("errors", "logs", "_lazy"),  # exception types, used by all; log handlers; lazy attributes
-    # input checks; the scheduler snapshot; shipped traces; private files; the dead-man switch
-    ("inputs", "snapshot", "data", "private_files", "watchdog"),
+    # input checks; the scheduler snapshot; shipped traces; private files; the dead-man switch;
+    # authenticated JSON-lines connections (the rank protocol and the agent link run on them)
+    ("inputs", "snapshot", "data", "private_files", "watchdog", "transport"),
     ("traces",),  # trace readers, one schema
     ("sim",),  # the backfill simulator and queue planner
     ("windows", "schedulers", "allocate", "elastic"),  # prediction; live state; MILP; ranks

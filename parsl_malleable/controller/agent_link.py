@@ -4,7 +4,7 @@ An agent's first message (``hello``) says where it runs; the reply is its first 
 that each message is a report (``done``: the ranks it ran have ended) and each reply the next
 order (``terminated``: the agent's process got SIGTERM and ends; the reply is ``exit``). Orders
 wait in the agent's queue until the controller puts one there. The link runs on the job
-servers' :class:`~parsl_malleable.elastic.message_server.MessageServer`: a connection first
+servers' :class:`~parsl_malleable.transport.server.MessageServer`: a connection first
 answers the same challenge as the coordinator's (HMAC-SHA256 of a fresh nonce with the
 controller's secret, which never crosses this link) without holding a thread, strangers are
 capped and the oldest evicted, and the challenge and both hellos share one deadline,
@@ -19,16 +19,16 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
-from pydantic import AfterValidator, Field
+from pydantic import AfterValidator, Field, TypeAdapter
 
-from parsl_malleable.elastic.message_server import Connection, Limits, MessageServer
-from parsl_malleable.elastic.messages import Hello, Refusal, Request, parse
 from parsl_malleable.elastic.settings import keep_tail
-from parsl_malleable.elastic.wire import send_message
+from parsl_malleable.transport.messages import Hello, Ok, Refusal, Reply, Request, parse
+from parsl_malleable.transport.server import Connection, Limits, MessageServer
+from parsl_malleable.transport.wire import send_message
 
 logger = logging.getLogger(__name__)
 
@@ -50,26 +50,24 @@ class AgentLink:
     jobs: frozenset[str]
     job: str | None = None
     member: str | None = None
-    orders: queue.Queue[dict[str, Any]] = field(default_factory=queue.Queue)
+    orders: queue.Queue[Order] = field(default_factory=queue.Queue)
     connected: bool = True
 
 
-def node_name(hello: Mapping[str, Any], block_nodes: Sequence[str] = ()) -> str:
+def node_name(hello: AgentHello, block_nodes: Sequence[str] = ()) -> str:
     """The node an agent's ``hello`` comes from, named as its block's scheduler job names it.
 
     An agent that could only name its host (PBS tells a job's processes no vnode, and one MoM
     may carry several) is on the block's node at its ``node_index``; without the block's
     nodes, or when the agent's own name is one of them (Slurm's NodeName), its own name."""
-    name = str(hello.get("node") or hello.get("pool", ""))
+    name = hello.node or hello.pool or ""
     if not block_nodes or name in block_nodes:
         return name
-    index = hello.get("node_index", 0)
-    index = index if isinstance(index, int) and index >= 0 else 0
-    return block_nodes[min(index, len(block_nodes) - 1)]
+    return block_nodes[min(hello.node_index, len(block_nodes) - 1)]
 
 
-OnHello = Callable[[dict[str, Any]], AgentLink | None]
-OnReport = Callable[[AgentLink, dict[str, Any]], None]
+OnHello = Callable[["AgentHello"], AgentLink | None]
+OnReport = Callable[[AgentLink, "AgentReport"], None]
 OnGone = Callable[[AgentLink], None]
 
 
@@ -80,7 +78,7 @@ class AgentHello(Request):
     """Where an agent runs (:func:`~parsl_malleable.controller.node_agent.where_am_i`) and which
     jobs its task carries."""
 
-    op: Literal["hello"]
+    op: Literal["hello"] = "hello"
     agent: Name
     jobs: list[Name] = []
     node: str | None = None
@@ -99,13 +97,39 @@ class AgentReport(Request):
     formatted traceback of a training function that raised, its last
     :data:`~parsl_malleable.elastic.settings.TRACEBACK_CHARS` characters kept on receipt)."""
 
-    op: Literal["done"]
+    op: Literal["done"] = "done"
     agent: Name
     job: str | None = None
     status: str
     reason: str = ""
     traceback: Annotated[str, AfterValidator(lambda text: keep_tail(text))] = ""
 
+
+class RunRank(Reply):
+    """Order: run a rank of ``job`` as ``member``, its coordinator at ``host``:``port``."""
+
+    action: Literal["run"] = "run"
+    job: Name
+    member: Name
+    host: str
+    port: Annotated[int, Field(ge=1, le=65535)]
+
+
+class ExitOrder(Reply):
+    """Order: end the agent task (``reason``: why, for its log)."""
+
+    action: Literal["exit"] = "exit"
+    reason: str = ""
+
+
+class RefreshOrder(Reply):
+    """Order: end the agent task so that one with a newer catalogue of jobs replaces it."""
+
+    action: Literal["refresh"] = "refresh"
+
+
+Order = Annotated[RunRank | ExitOrder | RefreshOrder, Field(discriminator="action")]
+ORDER: TypeAdapter[RunRank | ExitOrder | RefreshOrder] = TypeAdapter(Order)
 
 GREETING = {"hello": Hello}
 HELLO = {"hello": AgentHello}
@@ -144,23 +168,23 @@ class AgentServer(MessageServer):
             return
         sock = connection.sock
         sock.settimeout(None)  # ranks run for hours between two reports
-        link = self.on_hello(hello.to_json())
+        link = self.on_hello(hello)
         if link is None:
-            send_message(sock, {"action": "exit", "reason": "not wanted"})
+            send_message(sock, ExitOrder(reason="not wanted").to_json())
             return
         try:
             while True:
                 order = self._next_order(link)
-                send_message(sock, order)
-                if order.get("action") in ("exit", "refresh"):
+                send_message(sock, order.to_json())
+                if not isinstance(order, RunRank):
                     return
                 report = self._report(connection)
                 if report is None:
                     return
-                self.on_report(link, report.to_json())
+                self.on_report(link, report)
                 if report.status == TERMINATED:
                     # Its process ends now (a preemption's notice): no order will be read.
-                    send_message(sock, {"action": "exit", "reason": "its node is being taken"})
+                    send_message(sock, ExitOrder(reason="its node is being taken").to_json())
                     return
         finally:
             link.connected = False
@@ -184,7 +208,7 @@ class AgentServer(MessageServer):
                 logger.debug("agent link: %s refused: %s", stage, message.error)
                 return None
             if stage == "greeting":
-                send_message(sock, {"ok": True})  # the client's own greeting ("hello" op)
+                send_message(sock, Ok().to_json())  # the client's own greeting ("hello" op)
             elif isinstance(message, AgentHello):
                 return message
         return None
@@ -199,13 +223,24 @@ class AgentServer(MessageServer):
             send_message(connection.sock, report.to_json())
         return None
 
-    def _next_order(self, link: AgentLink) -> dict[str, Any]:
+    def _next_order(self, link: AgentLink) -> Order:
         while True:
             try:
                 return link.orders.get(timeout=0.5)
             except queue.Empty:
                 if self.closing.is_set():
-                    return {"action": "exit", "reason": "controller closed"}
+                    return ExitOrder(reason="controller closed")
 
 
-__all__ = ["TERMINATED", "AgentHello", "AgentLink", "AgentReport", "AgentServer"]
+__all__ = [
+    "ORDER",
+    "TERMINATED",
+    "AgentHello",
+    "AgentLink",
+    "AgentReport",
+    "AgentServer",
+    "ExitOrder",
+    "Order",
+    "RefreshOrder",
+    "RunRank",
+]

@@ -22,7 +22,6 @@ import time
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from parsl.app.app import python_app
 from parsl.dataflow.futures import AppFuture
@@ -30,8 +29,10 @@ from parsl.executors import HighThroughputExecutor
 from parsl.executors.high_throughput.errors import ManagerLost, WorkerLost
 
 from parsl_malleable.controller.agent_link import (
+    AgentHello,
     AgentLink,
     AgentServer,
+    ExitOrder,
     OnGone,
     OnHello,
     OnReport,
@@ -118,22 +119,20 @@ class AgentPool:
         self._failures = 0
 
     def arrive(
-        self, hello: dict[str, Any], block_key: str, block_nodes: Sequence[str] = ()
+        self, hello: AgentHello, block_key: str, block_nodes: Sequence[str] = ()
     ) -> AgentLink:
         """Add the agent that said ``hello`` from block ``block_key``, whose scheduler job
         holds ``block_nodes`` (when known): a node the agent could only name by its host is
         named by the block's node at its ``node_index`` (PBS's vnodes)."""
-        node_id = str(hello.get("pool", ""))
-        name = node_name(hello, block_nodes)
         link = AgentLink(
-            agent_id=str(hello.get("agent")),
-            node_id=node_id,
-            node_name=name,
+            agent_id=hello.agent,
+            node_id=hello.pool or "",
+            node_name=node_name(hello, block_nodes),
             block_key=block_key,
-            parsl_block=str(hello.get("block", "")),
-            local_rank=int(hello.get("local_rank", 0)),
-            local_size=max(1, int(hello.get("local_size", 1))),
-            jobs=frozenset(str(j) for j in hello.get("jobs", [])),
+            parsl_block=hello.block or "",
+            local_rank=hello.local_rank,
+            local_size=max(1, hello.local_size),
+            jobs=frozenset(hello.jobs),
         )
         self.links[link.agent_id] = link
         return link
@@ -280,7 +279,7 @@ class AgentPool:
             if usable and not (surplus > 0 and now - since >= self.idle_s):
                 continue
             for lk in self.node_links(node.node_id):
-                lk.orders.put({"action": "exit", "reason": "no job wants this node"})
+                lk.orders.put(ExitOrder(reason="no job wants this node"))
             core.node_gone(node.node_id, now)
             self._idle_since.pop(node.node_id, None)
             surplus -= int(usable)

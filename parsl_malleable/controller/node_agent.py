@@ -31,6 +31,13 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
+from parsl_malleable.controller.agent_link import (
+    ORDER,
+    TERMINATED,
+    AgentHello,
+    AgentReport,
+    RunRank,
+)
 from parsl_malleable.controller.functions import resolve_function
 from parsl_malleable.elastic.settings import (
     PREPARE_ATTRIBUTE,
@@ -39,7 +46,8 @@ from parsl_malleable.elastic.settings import (
     RankSpec,
     failure_traceback,
 )
-from parsl_malleable.elastic.wire import CoordinatorClient, CoordinatorUnavailable, derive_secret
+from parsl_malleable.transport.messages import Hello, Ok
+from parsl_malleable.transport.wire import CoordinatorUnavailable, RequestClient, derive_secret
 
 logger = logging.getLogger(__name__)
 
@@ -185,40 +193,41 @@ def run_agent(spec: AgentSpec, catalogue: dict[str, JobPayload]) -> AgentExit:
     os.environ["LOCAL_RANK"] = str(here["local_rank"])
     warm_up = WarmUp(catalogue) if spec.warm else None
     try:
-        client = CoordinatorClient(spec.host, spec.port, spec.token)
-        order = client.request("hello", agent=spec.agent_id, jobs=sorted(catalogue), **here)
+        client = RequestClient(spec.host, spec.port, spec.token)
+        client.call(Hello(), Ok)
+        hello = AgentHello(agent=spec.agent_id, jobs=sorted(catalogue), **here)
+        order = client.call(hello, ORDER)
     except CoordinatorUnavailable as exc:
         return AgentExit(spec.agent_id, "lost", message=str(exc))
     try:
         while True:
-            action = order.get("action")
-            if action in ("exit", "refresh"):
-                return AgentExit(spec.agent_id, str(action))
-            job = str(order["job"])
+            if not isinstance(order, RunRank):
+                return AgentExit(spec.agent_id, order.action)
+            job = order.job
             payload = catalogue.get(job)
             if payload is None:
                 return AgentExit(spec.agent_id, "refresh", job=job)
             if warm_up is not None:
                 warm_up.wait()
             rank_spec = RankSpec(
-                host=str(order["host"]),
-                port=int(order["port"]),
+                host=order.host,
+                port=order.port,
                 token=coordinator_token(spec.token, job),
                 settings=payload.settings,
-                member_id=str(order["member"]),
+                member_id=order.member,
                 local_rank=here["local_rank"],
                 device=bind_device(here["local_rank"]),
             )
             outcome = _run_rank(rank_spec, payload)
             if outcome.status == "failed":  # the job is aborted; the agent lives
-                order = client.request(
-                    "done",
+                failed = AgentReport(
                     agent=spec.agent_id,
                     job=job,
                     status="failed",
                     reason=outcome.reason,
                     traceback=outcome.traceback,
                 )
+                order = client.call(failed, ORDER)
                 continue
             if outcome.status == "finished" and outcome.rank == 0:
                 # The result may be any Python object: it goes back through Parsl, not JSON.
@@ -228,13 +237,15 @@ def run_agent(spec: AgentSpec, catalogue: dict[str, JobPayload]) -> AgentExit:
                 # commit; now the process must end too, or the block outlives its notice until
                 # the scheduler's kill and the native job waits that long. The report lets the
                 # controller stop sending work to this worker pool.
-                client.request(
-                    "done", agent=spec.agent_id, job=job, status="terminated", reason="SIGTERM"
+                terminated = AgentReport(
+                    agent=spec.agent_id, job=job, status=TERMINATED, reason="SIGTERM"
                 )
+                client.call(terminated, ORDER)
                 end_process()
-            order = client.request(
-                "done", agent=spec.agent_id, job=job, status=outcome.status, reason=outcome.reason
+            done = AgentReport(
+                agent=spec.agent_id, job=job, status=outcome.status, reason=outcome.reason
             )
+            order = client.call(done, ORDER)
     except CoordinatorUnavailable as exc:
         return AgentExit(spec.agent_id, "lost", message=str(exc))
     finally:

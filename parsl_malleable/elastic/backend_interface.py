@@ -15,7 +15,10 @@ serves on its authenticated port, for Horovod its HTTP rendezvous behind a per-e
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from parsl_malleable.elastic.kv_table import KeyValueTable
 
 
 @dataclass(frozen=True)
@@ -94,3 +97,49 @@ class CollectiveBackend(Protocol):
 
     def barrier(self) -> None:
         """Wait for every rank of the group."""
+
+
+@runtime_checkable
+class Abortable(Protocol):
+    """A backend whose pending collective can be made to fail from another thread.
+
+    Optional: the runtime calls :meth:`abort` when the coordinator says a peer of the current
+    epoch is lost (or this rank was dropped), so that survivors regroup after the heartbeat
+    timeout rather than after ``collective_timeout_s``. A backend without it waits for that.
+    """
+
+    def abort(self, reason: str) -> None:
+        """Make the current group's pending and later collectives raise; idempotent."""
+
+
+@runtime_checkable
+class CoordinatorKeyed(Protocol):
+    """A backend whose rendezvous keys its job's coordinator keeps (torch): the rank tells it
+    where the coordinator is, and its token, before the first ``init``."""
+
+    def attach_coordinator(self, host: str, port: int, token: str) -> None:
+        """Where the job's coordinator is, and the token its key requests carry."""
+        ...
+
+
+@runtime_checkable
+class ProcessGroupBackend(Protocol):
+    """A backend with a ``torch.distributed`` process group, on which ``ctx.wrap`` builds DDP
+    (torch; Horovod has none)."""
+
+    @property
+    def group(self) -> Any:
+        """The current epoch's process group (None between epochs)."""
+        ...
+
+    @property
+    def device(self) -> Any:
+        """The ``torch.device`` tensors handed to the group's collectives must live on."""
+        ...
+
+
+@runtime_checkable
+class KeyTableHost(Protocol):
+    """A rendezvous host whose keys the coordinator serves on its own port (torch's)."""
+
+    table: KeyValueTable

@@ -28,7 +28,7 @@ step :meth:`CheckpointStore.load_latest` would load, by the same checks, falling
 damaged ones, and name those; the rank's messages and the driver's come from it, so they agree.
 
 Threat model. The manifest's ``mac`` is keyed with a per-job key: HMAC-SHA256 (via
-:func:`~parsl_malleable.elastic.wire.derive_secret`) of the folder's *master key* and the job's
+:func:`~parsl_malleable.transport.wire.derive_secret`) of the folder's *master key* and the job's
 identity (campaign, job). The master key is 32 random bytes in ``.parsl-malleable-checkpoint.key``
 in the checkpoint directory's **parent** (mode ``0600``, created once, atomically, by the first
 save), so that
@@ -48,12 +48,13 @@ save), so that
 Loading refuses (:class:`CheckpointError`, naming the file and why) a file not owned by this
 user, writable by group or others, not a regular file or a symbolic link, and a key file that
 group or others can read at all; it refuses a checkpoint of another job, of another model, and
-an old-format one (``parsl-malleable-checkpoint/1``: a plain sha256, not bound to a job). It
+one in any manifest format but :data:`FORMAT` (no reader is kept for format 1, whose plain
+sha256 anyone could recompute). It
 skips, with a warning naming the file, a checkpoint whose manifest fails authentication or whose
 size or sha256 disagree with it (damage, forgery), and tries the next older one. Starting from a
 checkpoint this store cannot vouch for as the job's own is explicit: ``load_latest(adopt=True)``
-(``warm_start_from`` of a malleable app) takes another job's, an old-format one, or one whose
-key is missing, and says so (:attr:`CheckpointStore.adopted`, logged, and counted in
+(``warm_start_from`` of a malleable app) takes another job's, or one whose key is
+missing, and says so (:attr:`CheckpointStore.adopted`, logged, and counted in
 :attr:`CheckpointStore.unauthenticated_loads` when nothing authenticated it). Whatever is loaded
 is unpickled with ``torch.load(weights_only=True)``, which refuses anything but tensors and plain
 Python values: a checkpoint file cannot run code, whoever wrote it. Someone running as the same
@@ -87,13 +88,13 @@ from typing import Any, BinaryIO
 import torch
 
 from parsl_malleable.elastic.safe_state import check_loadable
-from parsl_malleable.elastic.wire import derive_secret
+from parsl_malleable.elastic.settings import RANK_DEFAULTS
 from parsl_malleable.errors import CheckpointError
+from parsl_malleable.transport.wire import derive_secret
 
 __all__ = [
     "FORMAT",
     "KEY_FILE_NAME",
-    "LEGACY_FORMAT",
     "LOCK_FILE_NAME",
     "CheckpointError",
     "CheckpointInfo",
@@ -107,7 +108,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 FORMAT = "parsl-malleable-checkpoint/2"
-LEGACY_FORMAT = "parsl-malleable-checkpoint/1"  # plain sha256 manifest, not bound to a job
 KEY_FILE_NAME = ".parsl-malleable-checkpoint.key"
 _NAME = re.compile(r"^ckpt-(\d{12})\.(pt|json)$")
 _KEY_TEXT = re.compile(r"^[0-9a-f]{64}$")
@@ -155,8 +155,8 @@ class CheckpointInfo:
     The fields come from the manifest *as written*, not yet authenticated (loading does that).
     ``fingerprint``, ``sha256`` and ``size`` are ``None`` when the manifest is missing or
     unreadable (a save that crashed before committing, or damage); ``format`` is
-    :data:`FORMAT`, :data:`LEGACY_FORMAT` or ``None``; ``campaign`` and ``job`` name the job the
-    manifest says it belongs to (``None`` for an old-format one).
+    :data:`FORMAT` (another format is listed, and refused when loaded) or ``None``;
+    ``campaign`` and ``job`` name the job the manifest says it belongs to.
     """
 
     path: Path
@@ -253,7 +253,7 @@ class CheckpointStore:
     def __init__(
         self,
         directory: str | Path,
-        keep: int = 3,
+        keep: int = RANK_DEFAULTS.keep_checkpoints,
         *,
         job: str = "",
         campaign: str = "",
@@ -317,7 +317,14 @@ class CheckpointStore:
 
     # ------------------------------------------------------------------ writing
 
-    def save(self, payload: dict[str, Any], *, step: int, fingerprint: str) -> Path:
+    def save(
+        self,
+        payload: dict[str, Any],
+        *,
+        step: int,
+        fingerprint: str,
+        lock_wait_s: float = LOCK_WAIT_S,
+    ) -> Path:
         """Write ``payload`` as the checkpoint of ``step`` and return the path of its ``.pt`` file.
 
         ``payload`` may hold nested dicts, lists, tuples and sets of tensors and plain values
@@ -327,7 +334,9 @@ class CheckpointStore:
         all but the newest ``keep`` committed checkpoints are deleted. A write that fails
         (``ENOSPC``, a quota, an I/O error, a key file that cannot be made) raises
         :class:`CheckpointError` saying so, and every checkpoint already there, this step's
-        included, stays loadable. The manifest is signed with this job's key.
+        included, stays loadable. The manifest is signed with this job's key. ``lock_wait_s``:
+        how long to wait for another save in progress before raising (a periodic save, which
+        the next one replaces, waits less than a rank's last copy of the state).
         """
         if not isinstance(payload, dict):
             raise CheckpointError(
@@ -342,12 +351,12 @@ class CheckpointStore:
         check_loadable(payload, "payload", CheckpointError)
         master = self._master_key(create=True)
         assert master is not None
-        with self._lock(exclusive=True, wait_s=LOCK_WAIT_S) as lock:
+        with self._lock(exclusive=True, wait_s=lock_wait_s) as lock:
             if lock == "busy":
                 raise CheckpointError(
                     f"could not write the checkpoint of step {step} to {self.directory}: "
                     f"another save held its lock {self.directory / LOCK_FILE_NAME} for more "
-                    f"than {LOCK_WAIT_S:.0f} s"
+                    f"than {lock_wait_s:g} s"
                 )
             if lock == "held":
                 self._sweep()
@@ -476,13 +485,13 @@ class CheckpointStore:
         A save in progress is waited for (up to :data:`LOCK_WAIT_S`). Raises
         :class:`CheckpointError`, naming the file, for a checkpoint of a different
         model (both fingerprints: resuming another model's weights, or silently starting over,
-        would both be wrong), of another job, in the old format, whose key file is missing, for
-        a file not owned by this user or writable by group or others, and for one that
-        ``weights_only=True`` refuses although it authenticates.
+        would both be wrong), of another job, in another manifest format, whose key file is
+        missing, for a file not owned by this user or writable by group or others, and for one
+        that ``weights_only=True`` refuses although it authenticates.
 
         ``adopt=True`` is the explicit warm start: this job's own checkpoints still come first,
-        but when it has none, the newest of another job, an old-format one, or one whose key
-        file is missing is taken instead of refused (a manifest that fails authentication with
+        but when it has none, the newest of another job, or one whose key file is missing, is
+        taken instead of refused (a manifest that fails authentication with
         the key that *is* there is still skipped). :attr:`adopted` then says what was taken;
         one that nothing authenticated counts in :attr:`unauthenticated_loads`.
         """
@@ -591,17 +600,15 @@ class CheckpointStore:
         ``adopt`` takes it and whether anything authenticated it. Raises
         :class:`CheckpointError` when it is not this job's and ``adopt`` is False."""
         manifest_path = path.with_suffix(".json")
-        if manifest["format"] == LEGACY_FORMAT:
-            if not adopt:
-                raise CheckpointError(
-                    f"checkpoint {path} has an old-format manifest ({LEGACY_FORMAT}): a plain "
-                    f"sha256, which anyone who can write {self.directory} could recompute for "
-                    f"forged weights, naming no job it belongs to. Refusing to resume from it. "
-                    f"If you trust it, start from it explicitly with "
-                    f"warm_start_from={str(self.directory)!r} (it is then loaded, logged and "
-                    f"counted as unauthenticated), or delete it to start over."
-                )
-            return f"an old-format checkpoint ({LEGACY_FORMAT}), not authenticated", False
+        if manifest["format"] != FORMAT:
+            # Format 1 (0.1.0 development builds) had a plain sha256 anyone could recompute; no
+            # reader is kept for it or for any other format, so none is ever loaded.
+            raise CheckpointError(
+                f"checkpoint {path} has a manifest in format {manifest['format']!r}, which this "
+                f"version does not read (it reads {FORMAT}): written by another version, or "
+                f"rewritten by someone who can write {self.directory}. Refusing to resume from "
+                f"it; delete it to start over."
+            )
         master = self._master_key(create=False)
         if master is None:
             if not adopt:
@@ -824,8 +831,8 @@ def resume_step(
     For the driver, which does not know the model: ``fingerprint`` None skips only that check.
     Leftovers of cut saves are removed first (unless a save is in progress, which is waited
     for). A directory that does not exist resumes from scratch. Raises
-    :class:`CheckpointError` where the rank's load would (another job's checkpoint, an
-    old-format one, a missing key, a file others could have written).
+    :class:`CheckpointError` where the rank's load would (another job's checkpoint, one in
+    another manifest format, a missing key, a file others could have written).
     """
     path = Path(directory).expanduser().resolve()
     if not path.is_dir():
@@ -871,8 +878,9 @@ def _read_manifest(path: Path) -> dict[str, Any] | None:
 
 
 def _parse_manifest(raw: bytes) -> dict[str, Any] | None:
-    """The manifest in ``raw`` when its fields have the right types (a legacy one also needs
-    its plain checksum to match, as it always did); None otherwise. Not authenticated."""
+    """The manifest in ``raw`` when its fields have the right types (those of :data:`FORMAT` when
+    it claims that format: another one is kept, to be refused by name); None otherwise. Not
+    authenticated."""
     try:
         manifest = json.loads(raw)
     except ValueError:
@@ -888,21 +896,9 @@ def _parse_manifest(raw: bytes) -> dict[str, Any] | None:
     }
     if manifest.get("format") == FORMAT:
         required.update(campaign=str, job=str, mac=str)
-    elif manifest.get("format") != LEGACY_FORMAT:
-        return None
     if any(not isinstance(manifest.get(key), kind) for key, kind in required.items()):
         return None
-    if manifest["format"] == LEGACY_FORMAT and manifest.get("manifest_sha256") != _legacy_digest(
-        manifest
-    ):
-        return None
     return manifest
-
-
-def _legacy_digest(manifest: dict[str, Any]) -> str:
-    """The plain checksum of an old-format manifest: it detects damage, not forgery."""
-    fields = {key: value for key, value in manifest.items() if key != "manifest_sha256"}
-    return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
 
 
 def _manifest_mac(manifest: dict[str, Any], job_key: str) -> str:
@@ -925,9 +921,7 @@ def _key_id(master: str) -> str:
 def _envelope_matches(envelope: Any, manifest: dict[str, Any], path: Path) -> bool:
     if not isinstance(envelope, dict) or not isinstance(envelope.get("payload"), dict):
         return False
-    fields = ["format", "step", "fingerprint"]
-    if manifest["format"] == FORMAT:
-        fields += ["campaign", "job"]
+    fields = ["format", "step", "fingerprint", "campaign", "job"]
     return (
         all(envelope.get(key) == manifest[key] for key in fields)
         and manifest.get("file", path.name) == path.name

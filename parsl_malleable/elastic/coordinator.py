@@ -1,7 +1,7 @@
 """The membership coordinator: the controller-side authority on who trains in which epoch.
 
 It runs in the controller process (login node or notebook), never on a block that can vanish.
-Ranks connect over TCP (:mod:`parsl_malleable.elastic.wire`). The protocol, from a rank's side:
+Ranks connect over TCP (:mod:`parsl_malleable.transport.wire`). The protocol, from a rank's side:
 
 1. ``register`` then open a liveness connection (its loss, or missing pings, marks the rank dead);
 2. ``join``: wait until the coordinator places the rank in an epoch (rank number, world size and
@@ -37,11 +37,31 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from parsl_malleable.elastic.backend_interface import RendezvousHost
+from parsl_malleable.elastic.backend_interface import KeyTableHost, RendezvousHost
 from parsl_malleable.elastic.coordinator_server import CoordinatorServer
-from parsl_malleable.elastic.kv_table import KV_OPS
+from parsl_malleable.elastic.kv_table import KV_REQUESTS
 from parsl_malleable.elastic.kv_table import serve as serve_kv
 from parsl_malleable.elastic.membership import MemberRecord, Membership
+from parsl_malleable.elastic.messages import (
+    Abort,
+    ChangeAnswer,
+    CheckpointPolicy,
+    DroppedNotice,
+    Finish,
+    Join,
+    Leaving,
+    Left,
+    Metrics,
+    MetricsAnswer,
+    PeerLostNotice,
+    Poll,
+    Register,
+    Registered,
+    Report,
+    Timeline,
+    TimelineAnswer,
+    Warn,
+)
 from parsl_malleable.elastic.metric_book import (
     MAX_REPORTS,
     MetricBook,
@@ -49,8 +69,9 @@ from parsl_malleable.elastic.metric_book import (
     MetricRecord,
     finite,
 )
-from parsl_malleable.elastic.settings import keep_tail
-from parsl_malleable.elastic.wire import send_message
+from parsl_malleable.elastic.settings import MEMBERSHIP_DEFAULTS, keep_tail
+from parsl_malleable.transport.messages import Hello, Ok, Refusal, Reply, Request
+from parsl_malleable.transport.wire import send_message
 
 logger = logging.getLogger(__name__)
 
@@ -66,12 +87,12 @@ class Coordinator:
         max_nodes: int = 1 << 30,
         host: str = "127.0.0.1",
         port: int = 0,
-        settle_s: float = 0.5,
-        reform_timeout_s: float = 60.0,
-        heartbeat_timeout_s: float = 10.0,
+        settle_s: float = MEMBERSHIP_DEFAULTS.settle_s,
+        reform_timeout_s: float = MEMBERSHIP_DEFAULTS.reform_timeout_s,
+        heartbeat_timeout_s: float = MEMBERSHIP_DEFAULTS.heartbeat_timeout_s,
         token: str | None = None,
         measure_every_s: float = 2.0,
-        checkpoint_policy: dict[str, Any] | None = None,
+        checkpoint_policy: CheckpointPolicy | None = None,
         max_reports: int = MAX_REPORTS,
     ) -> None:
         self._membership = Membership(
@@ -87,7 +108,7 @@ class Coordinator:
         # Told to each rank at register: the job and campaign its checkpoints are bound to and
         # the folder it may warm-start from (plain JSON values, no secret: the checkpoint key
         # stays on disk beside the checkpoints).
-        self.checkpoint_policy: dict[str, Any] = dict(checkpoint_policy or {})
+        self.checkpoint_policy = checkpoint_policy
         self._rendezvous = rendezvous
         self._bind = (host, port)
         # One lock for the membership and what is kept here (the liveness connections).
@@ -298,41 +319,65 @@ class Coordinator:
 
     # ------------------------------------------------------------ rank protocol
 
-    def handle(self, message: dict[str, Any]) -> dict[str, Any]:
-        """Answer one request of the rank protocol (may block until an assignment exists)."""
-        op = message.get("op")
-        if op == "hello":
-            return {"ok": True}
-        if op in KV_OPS:
+    def handle(self, request: Request) -> Reply | Refusal:
+        """Answer one validated request of the rank protocol (may block until an assignment
+        exists)."""
+        if isinstance(request, Hello):
+            return Ok()
+        if isinstance(request, KV_REQUESTS):
             # The rendezvous keys of a backend that keeps them here (torch): any connection
             # that passed the challenge may use them, as a rank's store connection does.
-            table = getattr(self._rendezvous, "table", None)
-            if table is None:
-                return {"error": f"the {type(self._rendezvous).__name__} keeps no keys here"}
-            return serve_kv(table, message)
-        member_id = message.get("member")
-        if not isinstance(member_id, str):
-            return {"error": f"request {op!r} lacks a member id"}
-        if op == "register":
-            return self._register(member_id, message)
-        if not self._membership.registered(member_id):
-            return {"error": f"member {member_id} has not registered"}
-        handlers = {
-            "join": self._join,
-            "poll": self._poll,
-            "report": self._report,
-            "left": self._left,
-            "finish": self._finish,
-            "abort": self._abort_from_rank,
-            "warn": self._warn_from_rank,
-            "leaving": self._leaving_from_rank,
-            "metrics": self._metrics_from_rank,
-            "timeline": self._timeline_from_rank,
-        }
-        handler = handlers.get(op)  # type: ignore[arg-type]
-        if handler is None:
-            return {"error": f"unknown op {op!r}"}
-        return handler(member_id, message)
+            if not isinstance(self._rendezvous, KeyTableHost):
+                return Refusal(error=f"the {type(self._rendezvous).__name__} keeps no keys here")
+            return serve_kv(self._rendezvous.table, request)
+        if isinstance(request, Register):
+            return self._register(request)
+        member = getattr(request, "member", None)
+        if not isinstance(member, str):
+            return Refusal(error=f"request {request.op!r} lacks a member id")
+        if not self._membership.registered(member):
+            return Refusal(error=f"member {member} has not registered")
+        match request:
+            case Join():
+                return self._membership.join(member)
+            case Poll():
+                samples = request.samples
+                trained = int(samples) if isinstance(samples, int) else request.step
+                return ChangeAnswer(
+                    change=self._membership.poll(request.epoch, request.step, trained)
+                )
+            case Report():
+                return self._membership.report(
+                    member,
+                    epoch=request.epoch,
+                    has_state=request.has_state,
+                    committed_step=request.committed_step,
+                    reason=request.reason,
+                    attempted_step=request.attempted_step,
+                )
+            case Left():
+                self._membership.left(
+                    member, saved_step=request.saved_step, save_error=request.save_error
+                )
+                return Ok()
+            case Finish():
+                result = (request.result,) if "result" in request.model_fields_set else None
+                self._membership.finish(member, step=request.step, result=result)
+                return Ok()
+            case Abort():
+                self.abort(f"rank {member} failed: {request.error}", traceback=request.traceback)
+                return Ok()
+            case Warn():
+                # Something the job's owner must know that did not stop it (a checkpoint skipped).
+                self.warn(request.message[:2000], member=member)
+                return Ok()
+            case Leaving():
+                return self._leaving_from_rank(member, request)
+            case Metrics():
+                return self._metrics_from_rank(member, request)
+            case Timeline():
+                return self._timeline_from_rank(request)
+        return Refusal(error=f"unknown op {request.op!r}")
 
     def member_lost(self, member_id: str, why: str) -> None:
         """The liveness connection of ``member_id`` broke or went silent."""
@@ -340,102 +385,56 @@ class Coordinator:
             loss = self._membership.lose(member_id, why)
             if loss is None:
                 return
-            self._liveness.pop(member_id, None)
+            own = self._liveness.pop(member_id, None)
             peers = [self._liveness[i] for i in loss.peers if i in self._liveness]
-            notice: dict[str, Any] = {}
-            if loss.epoch is not None:
-                notice = {"notice": "peer_lost", "epoch": loss.epoch, "member": member_id}
+            peer_lost = (
+                None if loss.epoch is None else PeerLostNotice(epoch=loss.epoch, member=member_id)
+            )
         # Survivors blocked in a collective that cannot notice the loss by itself (Horovod
-        # waits for its timeout) can give up at once; sent outside the lock, a slow peer
-        # must not stall the coordinator.
-        for sock in peers:
+        # waits for its timeout, torch's gloo until collective_timeout_s) give up at once;
+        # sent outside the lock, a slow peer must not stall the coordinator.
+        if peer_lost is not None:
+            for sock in peers:
+                with contextlib.suppress(OSError):
+                    send_message(sock, peer_lost.to_json())
+        # A frozen or cut-off rank reads this when it runs again, and leaves instead of
+        # waiting on a group that went on without it.
+        if own is not None:
             with contextlib.suppress(OSError):
-                send_message(sock, notice)
+                send_message(own, DroppedNotice(why=why).to_json())
 
     def liveness_opened(self, member_id: str, sock: socket.socket) -> None:
         """Remember the liveness connection of ``member_id`` (to push notices on it)."""
         with self._cond:
             self._liveness[member_id] = sock
 
-    def _register(self, member_id: str, message: dict[str, Any]) -> dict[str, Any]:
-        block = message.get("block")
+    def _register(self, request: Register) -> Reply | Refusal:
         new = self._membership.register(
-            member_id,
-            host=str(message.get("host", "?")),
-            pid=int(message.get("pid", -1)),
-            block=block,
+            request.member, host=request.host, pid=request.pid, block=request.block
         )
         if not new:
-            return {"error": f"member {member_id} registered twice"}
-        if self.checkpoint_policy:
-            return {"ok": True, "checkpoint": dict(self.checkpoint_policy)}
-        return {"ok": True}
+            return Refusal(error=f"member {request.member} registered twice")
+        return Registered(checkpoint=self.checkpoint_policy)
 
-    def _join(self, member_id: str, message: dict[str, Any]) -> dict[str, Any]:
-        return self._membership.join(member_id)
-
-    def _poll(self, member_id: str, message: dict[str, Any]) -> dict[str, Any]:
-        step = int(message.get("step", 0))
-        samples = message.get("samples")
-        change = self._membership.poll(
-            message.get("epoch"), step, int(samples) if isinstance(samples, int) else step
-        )
-        return {"change": change}
-
-    def _report(self, member_id: str, message: dict[str, Any]) -> dict[str, Any]:
-        return self._membership.report(
-            member_id,
-            epoch=message.get("epoch"),
-            has_state=bool(message.get("has_state")),
-            committed_step=message.get("committed_step"),
-            reason=message.get("reason"),
-            attempted_step=message.get("attempted_step"),
-        )
-
-    def _left(self, member_id: str, message: dict[str, Any]) -> dict[str, Any]:
-        self._membership.left(
-            member_id, saved_step=message.get("saved_step"), save_error=message.get("save_error")
-        )
-        return {"ok": True}
-
-    def _finish(self, member_id: str, message: dict[str, Any]) -> dict[str, Any]:
-        result = (message["result"],) if "result" in message else None
-        self._membership.finish(member_id, step=message.get("step"), result=result)
-        return {"ok": True}
-
-    def _abort_from_rank(self, member_id: str, message: dict[str, Any]) -> dict[str, Any]:
-        self.abort(
-            f"rank {member_id} failed: {message.get('error', '?')}",
-            traceback=str(message.get("traceback") or ""),
-        )
-        return {"ok": True}
-
-    def _warn_from_rank(self, member_id: str, message: dict[str, Any]) -> dict[str, Any]:
-        """Something the job's owner must know that did not stop it (a checkpoint skipped)."""
-        self.warn(str(message.get("message", ""))[:2000], member=member_id)
-        return {"ok": True}
-
-    def _leaving_from_rank(self, member_id: str, message: dict[str, Any]) -> dict[str, Any]:
+    def _leaving_from_rank(self, member_id: str, request: Leaving) -> Ok:
         """A rank got notice that its node goes (a preemption's SIGTERM): it leaves at the
         commit it is at, as if drained."""
-        logger.info(
-            "member %s leaves at its next commit: %s", member_id, message.get("reason", "notice")
-        )
+        logger.info("member %s leaves at its next commit: %s", member_id, request.reason)
         self.drain(member_ids=[member_id])
-        return {"ok": True}
+        return Ok()
 
-    def _timeline_from_rank(self, member_id: str, message: dict[str, Any]) -> dict[str, Any]:
-        epoch, base = int(message["epoch"]), int(message["base"])
-        if self._metrics.timeline(epoch, base):
-            logger.debug("epoch %d starts from step %d: later reports dropped", epoch, base)
+    def _timeline_from_rank(self, request: Timeline) -> TimelineAnswer:
+        if self._metrics.timeline(request.epoch, request.base):
+            logger.debug("epoch %d starts from step %d: later reports dropped", request.epoch,
+                         request.base)  # fmt: skip
         # Rank 0 sends its committed reports above this step (all of them to a new driver).
-        return {"ok": True, "last": self._metrics.last_step()}
+        return TimelineAnswer(last=self._metrics.last_step())
 
-    def _metrics_from_rank(self, member_id: str, message: dict[str, Any]) -> dict[str, Any]:
-        values = {str(k): float(v) for k, v in message["values"].items()}
+    def _metrics_from_rank(self, member_id: str, request: Metrics) -> MetricsAnswer:
+        values = dict(request.values)
         evicted, nonfinite = self._metrics.evicted, self._metrics.nonfinite
-        if not self._metrics.add(int(message["epoch"]), int(message["step"]), values):
-            return {"ok": True, "stale": True}
+        if not self._metrics.add(request.epoch, request.step, values):
+            return MetricsAnswer(stale=True)
         bad = sorted(k for k, v in values.items() if not finite(v))
         if bad:
             # The first at WARNING; the rest are counted (metric_counts), not one line each.
@@ -445,11 +444,11 @@ class Coordinator:
                 "later ones are counted)",
                 member_id,
                 ", ".join(f"{k}={values[k]}" for k in bad),
-                message["step"],
+                request.step,
             )
         if evicted == 0 and self._metrics.evicted:
             self.warn(
                 f"more than {self._metrics.max_reports} metric reports: the coordinator keeps "
                 "the newest ones only (a campaign's store keeps all; report less often)"
             )
-        return {"ok": True}
+        return MetricsAnswer()

@@ -1,6 +1,6 @@
 """The coordinator's TCP front end: the rank protocol on an authenticated message server.
 
-Connections pass the challenge in :class:`~parsl_malleable.elastic.message_server.MessageServer`
+Connections pass the challenge in :class:`~parsl_malleable.transport.server.MessageServer`
 (no thread until then; one absolute deadline, ``AUTH_TIMEOUT_S``; strangers capped and the oldest
 evicted, so they cannot keep ranks out). Then each gets a thread here. A request connection gets
 one reply per request (some block until an assignment exists); every request is validated
@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import logging
 import socket
-from typing import Any, Protocol
+from typing import Protocol
 
-from parsl_malleable.elastic.message_server import Connection, Limits, MessageServer
-from parsl_malleable.elastic.messages import COORDINATOR_REQUESTS, Liveness, Refusal, parse
-from parsl_malleable.elastic.wire import send_message
+from parsl_malleable.elastic.messages import COORDINATOR_REQUESTS, Liveness
+from parsl_malleable.transport.messages import Ok, Refusal, Reply, Request, parse
+from parsl_malleable.transport.server import Connection, Limits, MessageServer
+from parsl_malleable.transport.wire import send_message
 
 logger = logging.getLogger(__name__)
 
@@ -38,8 +39,8 @@ class ServedCoordinator(Protocol):
     token: str
     heartbeat_timeout_s: float
 
-    def handle(self, message: dict[str, Any]) -> dict[str, Any]:
-        """Answer one request from a rank."""
+    def handle(self, request: Request) -> Reply | Refusal:
+        """Answer one validated request from a rank."""
         ...
 
     def liveness_opened(self, member_id: str, sock: socket.socket) -> None:
@@ -76,17 +77,18 @@ class CoordinatorServer(MessageServer):
             if isinstance(request, Liveness):
                 self._liveness(connection, request.member)
                 return
+            reply: Reply | Refusal
             try:
-                reply = self.coordinator.handle(request.to_json())
+                reply = self.coordinator.handle(request)
             except Exception as exc:  # the rank gets an answer; the next request is served
                 logger.exception("coordinator: %r request failed", request.op)
-                reply = Refusal(error=f"internal error: {type(exc).__name__}").to_json()
-            send_message(sock, reply)
+                reply = Refusal(error=f"internal error: {type(exc).__name__}")
+            send_message(sock, reply.to_json())
 
     def _liveness(self, connection: Connection, member_id: str) -> None:
         coordinator = self.coordinator
         sock, reader = connection.sock, connection.reader
-        send_message(sock, {"ok": True})
+        send_message(sock, Ok().to_json())
         sock.settimeout(coordinator.heartbeat_timeout_s)
         coordinator.liveness_opened(member_id, sock)
         why = "connection closed"

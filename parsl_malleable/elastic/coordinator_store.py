@@ -11,11 +11,24 @@ from __future__ import annotations
 
 import base64
 import datetime
-from typing import Any
 
 import torch.distributed as dist
 
-from parsl_malleable.elastic.wire import CoordinatorClient
+from parsl_malleable.elastic.messages import (
+    KvAdd,
+    KvBytes,
+    KvCas,
+    KvCheck,
+    KvCount,
+    KvDelete,
+    KvFlag,
+    KvGet,
+    KvNum,
+    KvSet,
+    KvWait,
+)
+from parsl_malleable.transport.messages import Ok
+from parsl_malleable.transport.wire import RequestClient
 
 
 def _b64(value: bytes | str) -> str:
@@ -32,7 +45,7 @@ class CoordinatorStore(dist.Store):
 
     def __init__(self, host: str, port: int, token: str, timeout_s: float) -> None:
         super().__init__()
-        self._client = CoordinatorClient(host, port, token)
+        self._client = RequestClient(host, port, token)
         self._timeout_s = timeout_s
 
     @property
@@ -40,43 +53,45 @@ class CoordinatorStore(dist.Store):
         """This process's address on the interface that reaches the coordinator."""
         return self._client.local_address
 
-    def _call(self, op: str, **fields: Any) -> dict[str, Any]:
-        return self._client.request(op, **fields)
+    @property
+    def peer_address(self) -> tuple[str, int]:
+        """The coordinator's address and port as this store's connection reaches them."""
+        return self._client.peer_address
 
     def set(self, key: str, value: bytes | str) -> None:
         """Store ``value`` under ``key``."""
-        self._call("kv_set", key=key, value=_b64(value))
+        self._client.call(KvSet(key=key, value=_b64(value)), Ok)
 
     def get(self, key: str) -> bytes:
         """The value of ``key``, waiting for it up to the store's timeout."""
-        reply = self._call("kv_get", key=key, timeout_s=self._timeout_s)
-        return base64.b64decode(reply["value"])
+        reply = self._client.call(KvGet(key=key, timeout_s=self._timeout_s), KvBytes)
+        return base64.b64decode(reply.value)
 
     def add(self, key: str, amount: int) -> int:
         """Add ``amount`` to the counter ``key``; its new value."""
-        return int(self._call("kv_add", key=key, amount=int(amount))["value"])
+        return self._client.call(KvAdd(key=key, amount=int(amount)), KvCount).value
 
     def compare_set(self, key: str, expected: bytes | str, desired: bytes | str) -> bytes:
         """Set ``desired`` where ``key`` holds ``expected``; the value now held."""
-        reply = self._call("kv_cas", key=key, expected=_b64(expected), desired=_b64(desired))
-        return base64.b64decode(reply["value"])
+        request = KvCas(key=key, expected=_b64(expected), desired=_b64(desired))
+        return base64.b64decode(self._client.call(request, KvBytes).value)
 
     def wait(self, keys: list[str], timeout: datetime.timedelta | None = None) -> None:
         """Wait until every key exists (``timeout`` or the store's own)."""
         seconds = self._timeout_s if timeout is None else timeout.total_seconds()
-        self._call("kv_wait", keys=list(keys), timeout_s=seconds)
+        self._client.call(KvWait(keys=list(keys), timeout_s=seconds), Ok)
 
     def check(self, keys: list[str]) -> bool:
         """Whether every key exists now."""
-        return bool(self._call("kv_check", keys=list(keys))["ok"])
+        return self._client.call(KvCheck(keys=list(keys)), KvFlag).ok
 
     def delete_key(self, key: str) -> bool:
         """Remove ``key``; whether it existed."""
-        return bool(self._call("kv_delete", key=key)["ok"])
+        return self._client.call(KvDelete(key=key), KvFlag).ok
 
     def num_keys(self) -> int:
         """How many keys the job's table holds."""
-        return int(self._call("kv_num")["value"])
+        return self._client.call(KvNum(), KvCount).value
 
     def close(self) -> None:
         """Close the connection."""

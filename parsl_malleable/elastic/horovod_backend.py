@@ -31,7 +31,6 @@ every path, as its server requires. Each rank is its own Horovod "host" (``local
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import math
 import os
@@ -43,9 +42,16 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from pydantic import ValidationError
 
 from parsl_malleable.elastic.backend_interface import RendezvousInfo
-from parsl_malleable.elastic.horovod_common import BUILD_HINT, SCOPE, slot_hostname
+from parsl_malleable.elastic.horovod_common import (
+    BUILD_HINT,
+    MESH,
+    SCOPE,
+    BarrierStatus,
+    slot_hostname,
+)
 from parsl_malleable.elastic.safe_state import decode_state, encode_state
 from parsl_malleable.errors import MalleableError
 
@@ -181,22 +187,28 @@ class HorovodBackend:
             self._restore_env()
 
     def allreduce_mean_(self, tensors: list[Any]) -> None:
-        """Average ``tensors`` in place across the group (Horovod fuses them into one buffer).
+        """Average ``tensors`` in place across the group, as one flat buffer.
 
-        Every rank must pass the same number of tensors with the same shapes and dtypes.
+        Every rank must pass the same number of tensors with the same shapes and dtypes. The
+        tensors are packed into one buffer and submitted in one call: Horovod 0.28.1 deadlocks
+        when a second tensor is submitted while its background loop is finalizing after a
+        failure and still holds the first (the loop holds its process-set lock and waits for
+        the GIL to free the first tensor; the submitting thread holds the GIL and waits for
+        that lock). One submission per collective never overlaps a queued tensor of ours.
         """
         self._check_usable()
-        staged = [_stageable(t) for t in tensors]
+        if not tensors:
+            return
+        flat = _packed(tensors)
         self._run(
             "allreduce",
-            lambda: [
-                self._hvd.allreduce_async_(t, op=self._hvd.Average, name=f"pm.allreduce.{i}")
-                for i, t in enumerate(staged)
-            ],
+            lambda: [self._hvd.allreduce_async_(flat, op=self._hvd.Average, name="pm.allreduce")],
         )
-        for original, result in zip(tensors, staged, strict=True):
-            if original is not result:
-                original.copy_(result)
+        offset = 0
+        for tensor in tensors:
+            count = tensor.numel()
+            tensor.copy_(flat[offset : offset + count].view(tensor.shape))
+            offset += count
 
     def broadcast_object(self, obj: Any, src: int) -> Any:
         """Return ``obj`` from rank ``src`` on every rank (encoded with
@@ -319,8 +331,8 @@ class HorovodBackend:
     def _fetch_mesh(self, info: RendezvousInfo) -> frozenset[tuple[str, int]]:
         url = f"{_base_url(info)}/{SCOPE}/mesh"
         try:
-            endpoints = json.loads(_http(url, time.monotonic() + self._timeout_s))
-        except HorovodRendezvousError as exc:
+            endpoints = MESH.validate_json(_http(url, time.monotonic() + self._timeout_s))
+        except (HorovodRendezvousError, ValidationError) as exc:
             # Only the speed of a later failure depends on it: gloo's timeout still applies.
             log.warning("epoch %s: no gloo addresses from the rendezvous (%s)", info.epoch, exc)
             return frozenset()
@@ -331,23 +343,28 @@ class HorovodBackend:
         _http(f"{base}/{rank}", deadline, method="PUT", body=str(info.epoch).encode())
         pause = 0.005
         while True:
-            status = json.loads(_http(f"{base}/status", deadline))
-            if status["epoch"] != info.epoch:
+            try:
+                status = BarrierStatus.model_validate_json(_http(f"{base}/status", deadline))
+            except ValidationError as exc:
                 raise HorovodRendezvousError(
-                    f"rendezvous at {info.host}:{info.port} serves epoch {status['epoch']}, "
+                    f"rendezvous at {info.host}:{info.port} sent a malformed status: {exc}"
+                ) from exc
+            if status.epoch != info.epoch:
+                raise HorovodRendezvousError(
+                    f"rendezvous at {info.host}:{info.port} serves epoch {status.epoch}, "
                     f"not {info.epoch}"
                 )
             # Arrivals only grow, so once one rank sees everyone every rank will: all of them
             # go on to hvd.init() together. Refusing after that point (say, because a newer
             # epoch was prepared meanwhile) would leave peers in hvd.init(), which aborts.
-            if len(status["arrived"]) >= info.world_size:
+            if len(status.arrived) >= info.world_size:
                 return
-            if status["superseded"]:
+            if status.superseded:
                 raise HorovodRendezvousError(
                     f"epoch {info.epoch} was superseded by a newer membership before it formed"
                 )
             if time.monotonic() > deadline:
-                missing = sorted(set(range(info.world_size)) - set(status["arrived"]))
+                missing = sorted(set(range(info.world_size)) - set(status.arrived))
                 raise HorovodRendezvousError(
                     f"epoch {info.epoch}: ranks {missing} of {info.world_size} did not arrive "
                     f"at {info.host}:{info.port} in time"
@@ -394,17 +411,21 @@ class HorovodBackend:
         self._saved_env.clear()
 
 
-def _stageable(tensor: torch.Tensor) -> torch.Tensor:
-    """``tensor`` itself if Horovod can reduce it in place, else a copy it can reduce.
+def _packed(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """One contiguous 1-D copy of ``tensors`` in a dtype Horovod reduces.
 
-    Refusing a tensor half-way through a list would leave the earlier ones in flight on this rank
-    only, so every tensor is made acceptable before the first one is submitted.
+    Their common dtype (``torch.promote_types``) if Horovod takes it, float32 for floating
+    types it refuses (bfloat16); refused before anything is submitted otherwise, so a refusal
+    never leaves part of a list in flight.
     """
-    if tensor.dtype not in _HOROVOD_DTYPES:
-        if not tensor.is_floating_point():
-            raise TypeError(f"cannot average a {tensor.dtype} tensor with Horovod")
-        return tensor.to(torch.float32, memory_format=torch.contiguous_format)
-    return tensor if tensor.is_contiguous() else tensor.contiguous()
+    common = tensors[0].dtype
+    for tensor in tensors[1:]:
+        common = torch.promote_types(common, tensor.dtype)
+    if common not in _HOROVOD_DTYPES:
+        if not common.is_floating_point:
+            raise TypeError(f"cannot average a {common} tensor with Horovod")
+        common = torch.float32
+    return torch.cat([tensor.reshape(-1).to(common) for tensor in tensors])
 
 
 def _endpoint(address: tuple) -> tuple[str, int]:

@@ -9,6 +9,8 @@ size 1).
 
 from __future__ import annotations
 
+from pydantic import BaseModel, ConfigDict, TypeAdapter
+
 BUILD_HINT = "Horovod is not installed; build it with scripts/build-horovod"
 SCOPE = "parsl_malleable"  # our keys on Horovod's server, beside its global/local/cross scopes
 
@@ -18,4 +20,19 @@ def slot_hostname(rank: int) -> str:
     return f"rank{rank}"
 
 
-__all__ = ["BUILD_HINT", "SCOPE", "slot_hostname"]
+class BarrierStatus(BaseModel):
+    """``GET /<scope>/status``: the epoch the server serves, the ranks that reached its
+    pre-barrier, and whether a newer membership superseded it."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    epoch: int
+    world_size: int
+    arrived: list[int]
+    superseded: bool
+
+
+# ``GET /<scope>/mesh``: the gloo pair addresses Horovod published for the epoch.
+MESH: TypeAdapter[list[tuple[str, int]]] = TypeAdapter(list[tuple[str, int]])
+
+__all__ = ["BUILD_HINT", "MESH", "SCOPE", "BarrierStatus", "slot_hostname"]

@@ -26,7 +26,6 @@ this module needs neither Horovod nor torch; Horovod's server code is loaded at 
 
 from __future__ import annotations
 
-import json
 import logging
 import secrets
 import socket
@@ -35,7 +34,13 @@ import threading
 from typing import Any
 
 from parsl_malleable.elastic.backend_interface import RendezvousInfo
-from parsl_malleable.elastic.horovod_common import BUILD_HINT, SCOPE, slot_hostname
+from parsl_malleable.elastic.horovod_common import (
+    BUILD_HINT,
+    MESH,
+    SCOPE,
+    BarrierStatus,
+    slot_hostname,
+)
 
 __all__ = ["HorovodRendezvousHost"]
 
@@ -82,14 +87,16 @@ def _make_server_class() -> tuple[type, type]:
                 return
             if self.path == f"/{SCOPE}/status":
                 arrived = _arrived_ranks(self.server)
-                body = json.dumps(
-                    {
-                        "epoch": self.server.epoch,
-                        "world_size": self.server.world_size,
-                        "arrived": arrived,
-                        "superseded": self.server.superseded,
-                    }
-                ).encode()
+                body = (
+                    BarrierStatus(
+                        epoch=self.server.epoch,
+                        world_size=self.server.world_size,
+                        arrived=arrived,
+                        superseded=self.server.superseded,
+                    )
+                    .model_dump_json()
+                    .encode()
+                )
                 self.send_response(200)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
@@ -98,7 +105,7 @@ def _make_server_class() -> tuple[type, type]:
             if self.path == f"/{SCOPE}/mesh":
                 with self.server.cache_lock:
                     endpoints = sorted(self.server.mesh)
-                body = json.dumps(endpoints).encode()
+                body = MESH.dump_json(endpoints)
                 self.send_response(200)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()

@@ -14,12 +14,25 @@ import base64
 import binascii
 import threading
 import time
-from typing import Any
 
-KV_OPS = frozenset(
-    {"kv_set", "kv_get", "kv_add", "kv_cas", "kv_check", "kv_wait", "kv_delete", "kv_num"}
+from parsl_malleable.elastic.messages import (
+    KvAdd,
+    KvBytes,
+    KvCas,
+    KvCheck,
+    KvCount,
+    KvDelete,
+    KvFlag,
+    KvGet,
+    KvNum,
+    KvSet,
+    KvWait,
 )
-MAX_KEY = 1024
+from parsl_malleable.transport.messages import Ok, Refusal, Reply
+
+# What a rank's store sends (validated as these before serve() sees them).
+KV_REQUESTS = (KvSet, KvGet, KvAdd, KvCas, KvCheck, KvWait, KvDelete, KvNum)
+KvRequest = KvSet | KvGet | KvAdd | KvCas | KvCheck | KvWait | KvDelete | KvNum
 MAX_WAIT_S = 3600.0
 
 
@@ -112,65 +125,50 @@ class KeyValueTable:
             self._cond.notify_all()
 
 
-def serve(table: KeyValueTable, message: dict[str, Any]) -> dict[str, Any]:
-    """Answer one ``kv_*`` request; a malformed one gets an ``error`` reply, never an exception."""
+def serve(table: KeyValueTable, request: KvRequest) -> Reply | Refusal:
+    """Answer one validated ``kv_*`` request (keys are checked by the message models); a value
+    that is not base64 gets a refusal, never an exception."""
     try:
-        return _serve(table, message)
-    except (KeyError, TypeError, ValueError, binascii.Error) as exc:
-        return {"error": f"bad {message.get('op')!r} request: {exc}"}
+        return _serve(table, request)
+    except (ValueError, binascii.Error) as exc:
+        return Refusal(error=f"bad {request.op!r} request: {exc}")
 
 
-def _key(message: dict[str, Any], field: str = "key") -> str:
-    key = message[field]
-    if not isinstance(key, str) or not 0 < len(key) <= MAX_KEY:
-        raise ValueError(f"a key must be a string of 1-{MAX_KEY} characters")
-    return key
-
-
-def _keys(message: dict[str, Any]) -> list[str]:
-    keys = message["keys"]
-    if not isinstance(keys, list):
-        raise TypeError("keys must be a list")
-    return [_key({"key": k}) for k in keys]
-
-
-def _bytes(message: dict[str, Any], field: str) -> bytes:
-    return base64.b64decode(str(message[field]), validate=True)
+def _bytes(text: str) -> bytes:
+    return base64.b64decode(text, validate=True)
 
 
 def _b64(value: bytes) -> str:
     return base64.b64encode(value).decode()
 
 
-def _serve(table: KeyValueTable, message: dict[str, Any]) -> dict[str, Any]:
-    op = message.get("op")
-    timeout_s = float(message.get("timeout_s", 0.0))
-    if op == "kv_set":
-        table.set(_key(message), _bytes(message, "value"))
-        return {"ok": True}
-    if op == "kv_get":
-        value = table.get(_key(message), timeout_s)
-        if value is None:
-            return {"error": f"timeout: key {message['key']!r} not set after {timeout_s} s"}
-        return {"value": _b64(value)}
-    if op == "kv_add":
-        return {"value": table.add(_key(message), int(message["amount"]))}
-    if op == "kv_cas":
-        held = table.compare_set(
-            _key(message), _bytes(message, "expected"), _bytes(message, "desired")
-        )
-        return {"value": _b64(held)}
-    if op == "kv_check":
-        return {"ok": table.check(_keys(message))}
-    if op == "kv_wait":
-        if not table.wait(_keys(message), timeout_s):
-            return {"error": f"timeout: keys not all set after {timeout_s} s"}
-        return {"ok": True}
-    if op == "kv_delete":
-        return {"ok": table.delete(_key(message))}
-    if op == "kv_num":
-        return {"value": len(table)}
-    return {"error": f"unknown op {op!r}"}
+def _serve(table: KeyValueTable, request: KvRequest) -> Reply | Refusal:
+    match request:
+        case KvSet():
+            table.set(request.key, _bytes(request.value))
+            return Ok()
+        case KvGet():
+            value = table.get(request.key, request.timeout_s)
+            if value is None:
+                return Refusal(
+                    error=f"timeout: key {request.key!r} not set after {request.timeout_s} s"
+                )
+            return KvBytes(value=_b64(value))
+        case KvAdd():
+            return KvCount(value=table.add(request.key, request.amount))
+        case KvCas():
+            held = table.compare_set(request.key, _bytes(request.expected), _bytes(request.desired))
+            return KvBytes(value=_b64(held))
+        case KvCheck():
+            return KvFlag(ok=table.check(request.keys))
+        case KvWait():
+            if not table.wait(request.keys, request.timeout_s):
+                return Refusal(error=f"timeout: keys not all set after {request.timeout_s} s")
+            return Ok()
+        case KvDelete():
+            return KvFlag(ok=table.delete(request.key))
+        case KvNum():
+            return KvCount(value=len(table))
 
 
-__all__ = ["KV_OPS", "KeyValueTable", "serve"]
+__all__ = ["KV_REQUESTS", "KeyValueTable", "KvRequest", "serve"]

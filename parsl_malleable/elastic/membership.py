@@ -32,10 +32,13 @@ import threading
 import time
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
+from enum import Enum
 from typing import Any, Protocol
 
 from parsl_malleable.elastic.backend_interface import RendezvousInfo, info_to_json
 from parsl_malleable.elastic.measurements import Measurements
+from parsl_malleable.elastic.messages import Exit, Leave, Run
+from parsl_malleable.elastic.settings import MEMBERSHIP_DEFAULTS
 from parsl_malleable.errors import ConfigError
 
 # The coordinator's state: its log lines keep the coordinator's logger name.
@@ -50,23 +53,49 @@ class EpochRendezvous(Protocol):
         ...
 
 
+class MemberPhase(Enum):
+    """Where a rank process is in its life, as its coordinator sees it.
+
+    ``REGISTERED`` -> ``WAITING`` (in ``join`` or ``report``, for an assignment) -> ``ASSIGNED``
+    (training in an epoch, or told to leave or exit) -> ``WAITING`` ... -> ``GONE`` (it said it
+    left). ``LOST`` from any of them when its liveness connection breaks or goes silent; it is
+    final: a lost member that comes back is sent away and stays lost, as does one that then
+    says it left.
+    """
+
+    REGISTERED = "registered"
+    WAITING = "waiting"
+    ASSIGNED = "assigned"
+    GONE = "gone"
+    LOST = "lost"
+
+
+OUT = (MemberPhase.GONE, MemberPhase.LOST)
+"""The phases of a member that will never train again."""
+
+
 @dataclass
 class MemberRecord:
-    """What the coordinator knows about one rank process."""
+    """What the coordinator knows about one rank process.
+
+    ``phase``: where it is (:class:`MemberPhase`). Besides it: ``leaving``, it was asked to leave
+    at its next check (a drain: it may still be training); ``evicted``, it neither reported nor
+    died within ``reform_timeout_s`` of its group's first report, so the next group formed
+    without it (cleared when it reports); ``has_state``, its last report said it holds the
+    committed training state in memory.
+    """
 
     member_id: str
     host: str
     pid: int
     block_id: str | None
     registered_at: float
-    alive: bool = True
+    phase: MemberPhase = MemberPhase.REGISTERED
     leaving: bool = False
     evicted: bool = False
-    gone: bool = False
-    waiting: bool = True
     has_state: bool = False
     committed_step: int = -1
-    assignment: dict[str, Any] | None = None
+    assignment: Run | Leave | Exit | None = None
     assignment_seq: int = 0
 
 
@@ -112,8 +141,8 @@ class Membership:
         *,
         min_nodes: int = 1,
         max_nodes: int = 1 << 30,
-        settle_s: float = 0.5,
-        reform_timeout_s: float = 60.0,
+        settle_s: float = MEMBERSHIP_DEFAULTS.settle_s,
+        reform_timeout_s: float = MEMBERSHIP_DEFAULTS.reform_timeout_s,
         measure_every_s: float = 2.0,
     ) -> None:
         if not 1 <= min_nodes <= max_nodes:
@@ -156,7 +185,7 @@ class Membership:
             marked = [
                 m.member_id
                 for m in self._members.values()
-                if m.alive and not m.gone and (m.member_id in wanted or m.block_id in blocks)
+                if m.phase not in OUT and (m.member_id in wanted or m.block_id in blocks)
             ]
             for member_id in marked:
                 self._members[member_id].leaving = True
@@ -200,7 +229,6 @@ class Membership:
                 pid=pid,
                 block_id=None if block is None else str(block),
                 registered_at=time.time(),
-                waiting=False,
                 leaving=member_id in self._drain_on_arrival,
             )
             self._drain_on_arrival.discard(member_id)
@@ -208,14 +236,18 @@ class Membership:
             self.cond.notify_all()
             return True
 
-    def join(self, member_id: str) -> dict[str, Any]:
+    def join(self, member_id: str) -> Run | Leave | Exit:
         """A registered rank is ready; blocks until its first assignment, which it returns."""
         # A rank counts as available only once it has built its model and asks to join, so
         # that forming an epoch never waits on a newcomer that is still importing.
         with self.cond:
             member = self._members[member_id]
+            if member.phase is MemberPhase.LOST:
+                seq = member.assignment_seq
+                self._send_away(member, "(asking to join)")
+                return self._await_assignment(member_id, seq)
             if member.assignment_seq == 0:
-                member.waiting = True
+                member.phase = MemberPhase.WAITING
                 self._last_registration = time.monotonic()
                 self._event("joined", member=member_id, block=member.block_id)
             self._reconcile()
@@ -247,16 +279,22 @@ class Membership:
         committed_step: int | None = None,
         reason: str | None = None,
         attempted_step: int | None = None,
-    ) -> dict[str, Any]:
+    ) -> Run | Leave | Exit:
         """A rank ended its epoch (``reason`` "failure": a collective failed, so the group rolls
         back to ``committed_step``); blocks until its next assignment, which it returns."""
         with self.cond:
             member = self._members[member_id]
             seq = member.assignment_seq
+            if member.phase is MemberPhase.LOST:
+                # Marked lost (a frozen process, a host cut off) and now back: the group went on
+                # without it, so its state is behind, and its liveness connection is gone, so it
+                # can never be counted again. Sent away at once rather than left to wait.
+                self._send_away(member, f"(reporting the end of epoch {epoch}: {reason})")
+                return self._await_assignment(member_id, seq)
             cur = self._current
             member.has_state = has_state
             member.committed_step = -1 if committed_step is None else int(committed_step)
-            member.waiting = True
+            member.phase = MemberPhase.WAITING
             if cur is not None and epoch == cur.number and not member.evicted:
                 if cur.first_report_at is None:
                     cur.first_report_at = time.monotonic()
@@ -279,6 +317,21 @@ class Membership:
             self.cond.notify_all()
             return self._await_assignment(member_id, seq)
 
+    def _send_away(self, member: MemberRecord, when: str | None) -> None:
+        """Tell a member marked lost to leave (caller holds the lock); ``when`` it came back,
+        for the owner's warning (None: it never went, it was waiting when its liveness broke)."""
+        if when is not None:
+            self._event(
+                "warning",
+                member=member.member_id,
+                message=(
+                    f"member {member.member_id} (block {member.block_id}) came back {when} "
+                    "after it was marked lost; told to leave"
+                ),
+            )
+        self._event("sent_away", member=member.member_id)
+        self._assign(member, Leave(save=False))
+
     def left(
         self, member_id: str, saved_step: int | None = None, save_error: str | None = None
     ) -> None:
@@ -286,8 +339,8 @@ class Membership:
         it could not save the commit it held, if so)."""
         with self.cond:
             member = self._members[member_id]
-            member.gone = True
-            member.waiting = False
+            if member.phase is not MemberPhase.LOST:
+                member.phase = MemberPhase.GONE
             self._saving.discard(member_id)
             error = {"save_error": save_error} if save_error else {}
             self._event("left", member=member_id, saved_step=saved_step, **error)
@@ -315,13 +368,18 @@ class Membership:
         """
         with self.cond:
             member = self._members.get(member_id)
-            if member is None or not member.alive:
+            if member is None or member.phase is MemberPhase.LOST:
                 return None
-            member.alive = False
+            was = member.phase
+            member.phase = MemberPhase.LOST
             self._saving.discard(member_id)
+            if was is MemberPhase.WAITING:
+                # Blocked in join or report: a live process cut off only from its liveness
+                # connection would otherwise wait there forever.
+                self._send_away(member, None)
             loss = Loss()
             cur = self._current
-            if not member.gone and self._outcome is None:
+            if was is not MemberPhase.GONE and self._outcome is None:
                 self._event("lost", member=member_id, why=why)
                 if cur is not None and member_id in cur.members:
                     loss = Loss(cur.number, tuple(cur.members))
@@ -366,9 +424,7 @@ class Membership:
     def live_members(self) -> int:
         """Members alive and not leaving (running or waiting)."""
         with self.cond:
-            return sum(
-                1 for m in self._members.values() if m.alive and not m.leaving and not m.gone
-            )
+            return sum(1 for m in self._members.values() if m.phase not in OUT and not m.leaving)
 
     def epochs(self) -> list[dict[str, Any]]:
         """History of epochs: number, world size, members, reason, times, steps."""
@@ -432,30 +488,31 @@ class Membership:
 
     # ------------------------------------------------------------------ internals
 
-    def _await_assignment(self, member_id: str, seq: int) -> dict[str, Any]:
+    def _await_assignment(self, member_id: str, seq: int) -> Run | Leave | Exit:
         member = self._members[member_id]
         while member.assignment_seq == seq:
             if self.closed.is_set():
-                return {"action": "exit", "reason": "coordinator closed"}
+                return Exit(reason="coordinator closed")
             self.cond.wait(0.5)
         assert member.assignment is not None
-        return dict(member.assignment)
+        return member.assignment
 
-    def _assign(self, member: MemberRecord, assignment: dict[str, Any]) -> None:
+    def _assign(self, member: MemberRecord, assignment: Run | Leave | Exit) -> None:
         member.assignment = assignment
         member.assignment_seq += 1
-        member.waiting = False
+        if member.phase is not MemberPhase.LOST:
+            member.phase = MemberPhase.ASSIGNED
 
     def _change_pending(self, cur: EpochRecord) -> bool:
         if self._outcome is not None:
             return True
         for member_id in cur.members:
             m = self._members[member_id]
-            if not m.alive or m.leaving or m.evicted:
+            if m.phase is MemberPhase.LOST or m.leaving or m.evicted:
                 return True
         if cur.world_size < self.max_nodes:
             return any(
-                m.alive and m.waiting and not m.leaving and not m.gone
+                m.phase is MemberPhase.WAITING and not m.leaving
                 for m in self._members.values()
                 if m.member_id not in cur.members
             )
@@ -463,24 +520,23 @@ class Membership:
 
     def _reconcile(self) -> None:
         """Hand out assignments that the current membership allows (caller holds the lock)."""
-        waiting = [m for m in self._members.values() if m.alive and m.waiting and not m.gone]
+        waiting = [m for m in self._members.values() if m.phase is MemberPhase.WAITING]
         if self._outcome is not None:
             for m in waiting:
-                self._assign(m, {"action": "exit", "reason": self._outcome})
+                self._assign(m, Exit(reason=self._outcome))
             return
         for m in waiting:
             if m.leaving and not m.has_state:
-                self._assign(m, {"action": "leave", "save": False})
-        waiting = [m for m in waiting if m.waiting]
+                self._assign(m, Leave(save=False))
+        waiting = [m for m in waiting if m.phase is MemberPhase.WAITING]
         cur = self._current
         if cur is not None:
             running = [
                 self._members[i]
                 for i in cur.members
-                if self._members[i].alive
+                if self._members[i].phase not in OUT
                 and i not in cur.reported
                 and not self._members[i].evicted
-                and not self._members[i].gone
             ]
             if running:
                 started = cur.first_report_at
@@ -501,7 +557,7 @@ class Membership:
             save = m is saver
             if save:
                 self._saving.add(m.member_id)
-            self._assign(m, {"action": "leave", "save": save})
+            self._assign(m, Leave(save=save))
         if self._saving:
             return
         previous = {i: r for r, i in enumerate(cur.members)} if cur is not None else {}
@@ -531,15 +587,14 @@ class Membership:
         for rank, m in enumerate(chosen):
             self._assign(
                 m,
-                {
-                    "action": "run",
-                    "epoch": number,
-                    "rank": rank,
-                    "world_size": len(chosen),
-                    "info": info_to_json(info),
+                Run(
+                    epoch=number,
+                    rank=rank,
+                    world_size=len(chosen),
+                    info=info_to_json(info),
                     # A group resuming from disk compares its step with this (lost work).
-                    "known_step": self._known_step(),
-                },
+                    known_step=self._known_step(),
+                ),
             )
         self._event("formed", epoch=number, world_size=len(chosen), members=epoch.members)
         logger.info("epoch %d formed with %d ranks (%s)", number, len(chosen), reason)
@@ -554,4 +609,12 @@ class Membership:
         self._events.append({"time": time.time(), "event": kind, **fields})
 
 
-__all__ = ["EpochRecord", "EpochRendezvous", "Loss", "MemberRecord", "Membership"]
+__all__ = [
+    "OUT",
+    "EpochRecord",
+    "EpochRendezvous",
+    "Loss",
+    "MemberPhase",
+    "MemberRecord",
+    "Membership",
+]

@@ -24,10 +24,41 @@ from typing import Any, TypeVar
 
 import torch
 
-from parsl_malleable.elastic.backend_interface import info_from_json
+from parsl_malleable.elastic.backend_interface import (
+    Abortable,
+    CoordinatorKeyed,
+    ProcessGroupBackend,
+    info_from_json,
+)
 from parsl_malleable.elastic.backend_registry import get_backend
-from parsl_malleable.elastic.checkpoint import CheckpointStore, describe_job
+from parsl_malleable.elastic.checkpoint import LOCK_WAIT_S, CheckpointStore, describe_job
 from parsl_malleable.elastic.ddp import ElasticDDP
+from parsl_malleable.elastic.heartbeat import Heartbeat
+from parsl_malleable.elastic.messages import (
+    ASSIGNMENT,
+    Abort,
+    ChangeAnswer,
+    CheckpointPolicy,
+    DroppedNotice,
+    Exit,
+    Finish,
+    Join,
+    Leave,
+    Leaving,
+    Left,
+    Metrics,
+    MetricsAnswer,
+    Notice,
+    PeerLostNotice,
+    Poll,
+    Register,
+    Registered,
+    Report,
+    Run,
+    Timeline,
+    TimelineAnswer,
+    Warn,
+)
 from parsl_malleable.elastic.metric_book import check_metrics
 from parsl_malleable.elastic.sampler import ElasticDistributedSampler
 from parsl_malleable.elastic.settings import (
@@ -42,13 +73,9 @@ from parsl_malleable.elastic.state import (
     ResizeHook,
     job_batch_defaults,
 )
-from parsl_malleable.elastic.wire import (
-    MAX_LINE,
-    CoordinatorClient,
-    CoordinatorUnavailable,
-    Heartbeat,
-)
 from parsl_malleable.errors import CheckpointError, ConfigError
+from parsl_malleable.transport.messages import Ok
+from parsl_malleable.transport.wire import MAX_LINE, CoordinatorUnavailable, RequestClient
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -59,6 +86,8 @@ T = TypeVar("T")
 # leaves is often on borrowed time (a preemption's grace period).
 SAVE_ATTEMPTS = 3
 SAVE_RETRY_S = 0.5
+# How long a periodic save waits for another save holding the checkpoint folder's lock.
+PERIODIC_LOCK_WAIT_S = 2.0
 
 
 class EpochInterrupt(BaseException):
@@ -134,19 +163,23 @@ class RankContext:
         self.rank = -1
         self.world_size = 0
         self.epoch = 0
-        self._client = CoordinatorClient(spec.host, spec.port, spec.token)
-        registered = self._client.request(
-            "register",
-            member=self.member_id,
-            host=socket.gethostname(),
-            pid=os.getpid(),
-            block=os.environ.get("PARSL_WORKER_BLOCK_ID"),
+        self._client = RequestClient(spec.host, spec.port, spec.token)
+        registered = self._client.call(
+            Register(
+                member=self.member_id,
+                host=socket.gethostname(),
+                pid=os.getpid(),
+                block=os.environ.get("PARSL_WORKER_BLOCK_ID"),
+            ),
+            Registered,
         )
         options = {"device": spec.device} if spec.settings.backend == "torch" else {}
         self._backend = get_backend(spec.settings.backend, **options)
-        attach = getattr(self._backend, "attach_coordinator", None)
-        if attach is not None:  # a backend whose rendezvous keys the coordinator keeps
-            attach(spec.host, spec.port, spec.token)
+        if isinstance(self._backend, CoordinatorKeyed):
+            self._backend.attach_coordinator(spec.host, spec.port, spec.token)
+        # Why the coordinator stopped counting this rank (its liveness went silent: frozen,
+        # cut off); set from the heartbeat's thread before that thread may call back.
+        self._dropped = ""
         self._heartbeat = Heartbeat(
             spec.host,
             spec.port,
@@ -155,7 +188,9 @@ class RankContext:
             spec.settings.heartbeat_interval_s,
             on_notice=self._on_notice,
         )
-        self._job, self._campaign, self._warm_start_from = _checkpoint_policy(registered)
+        policy = registered.checkpoint or CheckpointPolicy()
+        self._job, self._campaign = policy.job, policy.campaign
+        self._warm_start_from = policy.warm_start_from or None
         directory = spec.settings.checkpoint_dir
         self._store = (
             CheckpointStore(
@@ -224,7 +259,7 @@ class RankContext:
                 return wrapper
         wrapper = ElasticDDP(model, **ddp_options)
         self._wrapped.append(wrapper)
-        if getattr(self._backend, "group", None) is not None:
+        if isinstance(self._backend, ProcessGroupBackend) and self._backend.group is not None:
             self._rebuild(wrapper)  # called inside the loop: a group exists
         return wrapper
 
@@ -285,8 +320,9 @@ class RankContext:
             self._send_report(int(step), values)
 
     def _send_report(self, step: int, values: dict[str, float]) -> None:
-        self._client.request(
-            "metrics", member=self.member_id, epoch=self.epoch, step=step, values=values
+        self._client.call(
+            Metrics(member=self.member_id, epoch=self.epoch, step=step, values=values),
+            MetricsAnswer,
         )
 
     def run(self, loop: Callable[[ElasticState], T], state: ElasticState) -> T:
@@ -339,13 +375,13 @@ class RankContext:
         self._notice = f"signal {signal.Signals(signum).name}"
 
     def _run(self, loop: Callable[[ElasticState], T], state: ElasticState) -> T:
-        assignment = self._client.request("join", member=self.member_id)
+        assignment = self._client.call(Join(member=self.member_id), ASSIGNMENT)
         while True:
-            self._obey(assignment, state)
+            run = self._obey(assignment, state)
             reason = "failure"
             attempted = -1
             try:
-                self._enter(assignment, state)
+                self._enter(run, state)
                 result = self._call(loop, state)
             except PlannedChange:
                 reason = "change"
@@ -358,8 +394,7 @@ class RankContext:
                 self._finish(state, result)
                 return result
             self._shutdown_backend()
-            assignment = self._client.request(
-                "report",
+            report = Report(
                 member=self.member_id,
                 epoch=self.epoch,
                 reason=reason,
@@ -367,6 +402,7 @@ class RankContext:
                 attempted_step=attempted,
                 has_state=state.has_commit,
             )
+            assignment = self._client.call(report, ASSIGNMENT)
 
     @property
     def terminated(self) -> bool:
@@ -382,9 +418,10 @@ class RankContext:
         """Tell the coordinator that user code failed on this rank (ends the job)."""
         message = failure_message(error)
         try:
-            self._client.request(
-                "abort", member=self.member_id, error=message, traceback=failure_traceback(error)
+            request = Abort(
+                member=self.member_id, error=message, traceback=failure_traceback(error)
             )
+            self._client.call(request, Ok)
         except Exception:
             logger.warning("could not report the failure to the coordinator")
 
@@ -396,15 +433,34 @@ class RankContext:
 
     # -------------------------------------------------------------- internals
 
-    def _on_notice(self, notice: dict[str, Any]) -> None:
-        """A peer of the current epoch died: let the backend abandon a blocked collective.
+    def _on_notice(self, notice: Notice) -> None:
+        """A peer of the current epoch died, or this rank was dropped: abandon a blocked
+        collective now instead of at ``collective_timeout_s``.
 
-        Optional for backends: one with an ``abort(reason)`` method (safe to call from another
-        thread) makes the pending collective raise now instead of at its timeout.
+        Optional for backends (:class:`~parsl_malleable.elastic.backend_interface.Abortable`):
+        one with ``abort(reason)``, safe to call from another thread, makes the pending
+        collective raise at once. Runs on the heartbeat's thread.
         """
-        abort = getattr(self._backend, "abort", None)
-        if notice.get("notice") == "peer_lost" and notice.get("epoch") == self.epoch and abort:
-            abort(f"member {notice.get('member')} of epoch {self.epoch} was lost")
+        match notice:
+            case DroppedNotice():
+                if self._dropped:
+                    return
+                self._dropped = notice.why
+                # info, not warning: the driver's own shutdown closes the connection too; a real
+                # drop reaches the job's owner as the coordinator's warning when this rank
+                # reports.
+                logger.info(
+                    "member %s: the coordinator dropped this rank (%s)",
+                    self.member_id,
+                    self._dropped,
+                )
+                reason = f"this rank was dropped: {self._dropped}"
+            case PeerLostNotice() if notice.epoch == self.epoch:
+                reason = f"member {notice.member} of epoch {self.epoch} was lost"
+            case _:
+                return
+        if isinstance(self._backend, Abortable):
+            self._backend.abort(reason)
 
     def _call(self, loop: Callable[[ElasticState], T], state: ElasticState) -> T:
         """``loop(state)``; a collective error raised through user code (DDP's gradient
@@ -422,34 +478,34 @@ class RankContext:
         """Build ``wrapper``'s DDP over the current group (a collective: all ranks call it)."""
         sampler = self._state.sampler if self._state is not None else None
         weight = sampler.weight if isinstance(sampler, ElasticDistributedSampler) else None
-        device = getattr(self._backend, "device", torch.device("cpu"))
+        group, device = None, torch.device("cpu")
+        if isinstance(self._backend, ProcessGroupBackend):
+            group, device = self._backend.group, self._backend.device
         try:
-            wrapper.rebuild(
-                getattr(self._backend, "group", None), self.rank, self.world_size, device, weight
-            )
+            wrapper.rebuild(group, self.rank, self.world_size, device, weight)
         except RuntimeError as exc:  # torch.distributed's errors; a bad option is the user's
             raise PeerLost(f"building DDP in epoch {self.epoch} failed: {exc}") from exc
 
-    def _obey(self, assignment: dict[str, Any], state: ElasticState) -> None:
-        action = assignment.get("action")
-        if action == "run":
-            return
-        if action == "leave":
-            report: dict[str, Any] = {"saved_step": None}
-            if assignment.get("save") and state.has_commit:
-                report = self._save_on_leaving(state)
-            self._client.request("left", member=self.member_id, **report)
-            raise RankExit("left", "asked to leave")
-        raise RankExit("exited", str(assignment.get("reason", "told to exit")))
+    def _obey(self, assignment: Run | Leave | Exit, state: ElasticState) -> Run:
+        """The assignment to run, or leave or exit as told."""
+        match assignment:
+            case Run():
+                return assignment
+            case Leave():
+                saved: dict[str, Any] = {"saved_step": None}
+                if assignment.save and state.has_commit:
+                    saved = self._save_on_leaving(state)
+                self._client.call(Left(member=self.member_id, **saved), Ok)
+                raise RankExit("left", "asked to leave")
+            case Exit():
+                raise RankExit("exited", assignment.reason)
 
-    def _enter(self, assignment: dict[str, Any], state: ElasticState) -> None:
-        self.rank = int(assignment["rank"])
-        self.world_size = int(assignment["world_size"])
-        self.epoch = int(assignment["epoch"])
+    def _enter(self, run: Run, state: ElasticState) -> None:
+        self.rank, self.world_size, self.epoch = run.rank, run.world_size, run.epoch
         # The newest step the coordinator knows this job committed: a resume from disk that
         # is behind it has lost work, which the driver must hear of.
-        self._known_step = int(assignment.get("known_step", -1))
-        info = info_from_json(assignment["info"])
+        self._known_step = run.known_step
+        info = info_from_json(run.info)
         logger.debug(
             "member %s: rank %d of %d in epoch %d",
             self.member_id,
@@ -473,10 +529,8 @@ class RankContext:
         """Tell the driver the step this group starts from (its reports above it are void),
         then send the committed reports it lacks: after a driver restart it has none, and the
         checkpoint this job resumed from holds those the old driver never stored."""
-        reply = self._client.request(
-            "timeline", member=self.member_id, epoch=self.epoch, base=state.step
-        )
-        last = int(reply.get("last", -1))
+        timeline = Timeline(member=self.member_id, epoch=self.epoch, base=state.step)
+        last = self._client.call(timeline, TimelineAnswer).last
         for step, pairs in state.reports:
             if last < step <= state.step:
                 self._send_report(step, dict(pairs))
@@ -569,7 +623,7 @@ class RankContext:
         """Log ``text`` here and on the driver (the coordinator logs it and keeps it)."""
         logger.warning("%s", text)
         try:
-            self._client.request("warn", member=self.member_id, message=text)
+            self._client.call(Warn(member=self.member_id, message=text), Ok)
         except CoordinatorUnavailable:
             logger.warning("could not report the warning above to the coordinator")
 
@@ -580,35 +634,47 @@ class RankContext:
             raise PeerLost(f"state broadcast failed in epoch {self.epoch}: {exc}") from exc
 
     def _on_commit(self, state: ElasticState) -> None:
+        if self._dropped:  # the group went on without this rank: its report is told to leave
+            raise PeerLost(f"dropped by the coordinator ({self._dropped})")
         every = self.settings.checkpoint_every
         if self._store is not None and every and self.rank == 0 and state.step % every == 0:
-            self._save(state)
+            # Briefly: rank 0 saves inside the step, its peers wait in the next collective, and
+            # a save still holding the lock (a frozen former rank 0) must not stall the group
+            # past collective_timeout_s. A skipped periodic save is counted; the next replaces it.
+            self._save(state, then="skipped; the next periodic save replaces it",
+                       lock_wait_s=PERIODIC_LOCK_WAIT_S)  # fmt: skip
         if state.step % self.settings.check_every:
             return
         flag = torch.zeros(1, dtype=torch.float64)
         if self._notice and not self._notice_sent:
             # Marked leaving before the flag is reduced, so the change the group agrees on
             # already leaves this rank out.
-            self._client.request("leaving", member=self.member_id, reason=self._notice)
+            self._client.call(Leaving(member=self.member_id, reason=self._notice), Ok)
             self._notice_sent = True
             flag[0] = 1.0
         if self.rank == 0:
-            reply = self._client.request(
-                "poll",
+            poll = Poll(
                 member=self.member_id,
                 epoch=self.epoch,
                 step=state.step,
                 samples=state.samples_trained(),
             )
-            flag[0] = max(flag.item(), 1.0 if reply.get("change") else 0.0)
+            change = self._client.call(poll, ChangeAnswer).change
+            flag[0] = max(flag.item(), 1.0 if change else 0.0)
         self.allreduce_mean_([flag])
         if flag.item() > 0:
             raise PlannedChange(f"membership changes after step {state.step}")
 
-    def _save(self, state: ElasticState, then: str = "training goes on from memory") -> int | None:
-        """Write the last commit to disk; a failed write (full disk, quota) is logged (with
-        what happens ``then``), counted and kept in :attr:`last_save_error`, and training goes
-        on from the commit in memory."""
+    def _save(
+        self,
+        state: ElasticState,
+        then: str = "training goes on from memory",
+        lock_wait_s: float = LOCK_WAIT_S,
+    ) -> int | None:
+        """Write the last commit to disk; a failed write (full disk, quota, another save
+        holding the folder's lock for ``lock_wait_s``) is logged (with what happens ``then``),
+        counted and kept in :attr:`last_save_error`, and training goes on from the commit in
+        memory."""
         snap = state.committed()
         if self._store is None:
             self.last_save_error = "the job has no checkpoint_dir"
@@ -616,7 +682,12 @@ class RankContext:
         if snap is None:
             return None
         try:
-            self._store.save(snap, step=int(snap["step"]), fingerprint=state.fingerprint)
+            self._store.save(
+                snap,
+                step=int(snap["step"]),
+                fingerprint=state.fingerprint,
+                lock_wait_s=lock_wait_s,
+            )
         except CheckpointError as exc:
             self.failed_checkpoints += 1
             self.last_save_error = str(exc)
@@ -679,9 +750,8 @@ class RankContext:
                     f"({self.last_save_error}); the result stands, but {self._store.directory} "
                     f"{ends}"
                 )
-            self._client.request(
-                "finish", member=self.member_id, step=state.step, **_result_copy(result)
-            )
+            finish = Finish(member=self.member_id, step=state.step, **_result_copy(result))
+            self._client.call(finish, Ok)
         self._shutdown_backend()
 
     def _shutdown_backend(self) -> None:
@@ -691,21 +761,6 @@ class RankContext:
             self._backend.shutdown()
         except Exception as exc:
             logger.debug("backend shutdown: %s", exc)
-
-
-def _checkpoint_policy(registered: dict[str, Any]) -> tuple[str, str, str | None]:
-    """``(job, campaign, warm_start_from)`` the coordinator sent at registration: the identity
-    this job's checkpoints are bound to, and the folder it may start from. A coordinator that
-    sends none (one made without a job, in tests and benchmarks) gives an unnamed job."""
-    policy = registered.get("checkpoint")
-    if not isinstance(policy, dict):
-        return "", "", None
-    warm = policy.get("warm_start_from")
-    return (
-        str(policy.get("job") or ""),
-        str(policy.get("campaign") or ""),
-        str(warm) if warm else None,
-    )
 
 
 def _result_copy(result: Any) -> dict[str, Any]:

@@ -14,9 +14,11 @@ import traceback
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 F = TypeVar("F", bound=Callable[..., Any])
+BatchMeaning = Literal["global", "per_rank"]
+"""What a sampler's ``batch_size`` means: one optimizer step's (``global``) or each rank's."""
 
 
 @dataclass(frozen=True)
@@ -32,7 +34,25 @@ class RankSettings:
     heartbeat_interval_s: float = 1.0
     torch_threads: int | None = 1
     # What a sampler's batch_size means where the training function did not say (app option).
-    batch: str = "global"
+    batch: BatchMeaning = "global"
+
+
+@dataclass(frozen=True)
+class MembershipSettings:
+    """How a job's coordinator forms its groups: the one home of these defaults
+    (:class:`~parsl_malleable.elastic.coordinator.Coordinator`,
+    :class:`~parsl_malleable.elastic.membership.Membership` and ``@malleable_app``'s options
+    read them here)."""
+
+    settle_s: float = 0.5  # newcomers and leavers gathered this long into one regroup
+    reform_timeout_s: float = 60.0  # a group that has not formed by then is formed again
+    heartbeat_timeout_s: float = 10.0  # a rank silent this long is lost
+
+
+RANK_DEFAULTS = RankSettings()
+"""The defaults of every rank setting, read by whatever takes one as an option."""
+MEMBERSHIP_DEFAULTS = MembershipSettings()
+"""The defaults of the coordinator's grouping settings."""
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ import torch.distributed as dist
 from parsl_malleable.elastic.backend_interface import RendezvousInfo
 from parsl_malleable.elastic.coordinator_store import CoordinatorStore
 from parsl_malleable.elastic.kv_table import KeyValueTable
+from parsl_malleable.elastic.own_sockets import shut_down, socket_inodes, tcp_connections_since
 from parsl_malleable.elastic.safe_state import decode_state, encode_state
 
 
@@ -90,6 +91,10 @@ class TorchBackend:
         self._rank = 0
         self._world_size = 1
         self._timeout = datetime.timedelta(seconds=60)
+        # abort() runs on the heartbeat's thread; the lock keeps it to one group's sockets.
+        self._abort_lock = threading.Lock()
+        self._mesh: frozenset[str] = frozenset()
+        self._aborted = ""
 
     @property
     def device(self) -> torch.device:
@@ -117,6 +122,7 @@ class TorchBackend:
         self._store = CoordinatorStore(*self._coordinator, timeout_s=timeout_s)
         prefixed = dist.PrefixStore(epoch_prefix(info.epoch), self._store)
         group: dist.ProcessGroupNCCL | dist.ProcessGroupGloo
+        mesh: frozenset[str] = frozenset()
         if self._device_backend == "nccl":
             options = dist.ProcessGroupNCCL.Options()
             options._timeout = self._timeout
@@ -132,14 +138,46 @@ class TorchBackend:
             gloo._devices = [
                 dist.ProcessGroupGloo.create_device(hostname=self._store.local_address)
             ]
+            before = socket_inodes()
             group = dist.ProcessGroupGloo(prefixed, rank, info.world_size, gloo)
-        self._group = group
+            # gloo connects every pair while the group is built: the sockets opened meanwhile,
+            # less any to the coordinator, are this epoch's mesh (what abort() shuts down).
+            mesh = tcp_connections_since(before, self._store.peer_address)
+        with self._abort_lock:
+            self._group, self._mesh, self._aborted = group, mesh, ""
         self._rank = rank
         self._world_size = info.world_size
 
+    def abort(self, reason: str) -> None:
+        """Make the current group's pending collective raise now (a peer of this epoch is lost
+        or this rank was dropped); safe from another thread, idempotent.
+
+        nccl: ``ProcessGroupNCCL.abort()`` (ncclCommAbort). gloo has no such call that wakes a
+        blocked ``recv`` (its ``abort()`` leaves the call waiting for its timeout), so the
+        epoch's own sockets are shut down: the call here fails with "connection closed", and
+        so do the calls of peers blocked on this rank.
+        """
+        with self._abort_lock:
+            group, mesh = self._group, self._mesh
+            if group is None or self._aborted:
+                return
+            self._aborted = reason
+        if self._device_backend == "nccl":
+            with contextlib.suppress(RuntimeError):
+                group.abort()
+        else:
+            shut_down(mesh)
+
+    @property
+    def aborted(self) -> str:
+        """Why the current group was aborted ("" if it was not)."""
+        return self._aborted
+
     def shutdown(self) -> None:
         """Drop the group; closing its sockets also wakes peers blocked on this rank."""
-        group, self._group = self._group, None
+        with self._abort_lock:
+            group, self._group = self._group, None
+            self._mesh, self._aborted = frozenset(), ""
         if group is not None:
             with contextlib.suppress(RuntimeError):
                 group.shutdown()

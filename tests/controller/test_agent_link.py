@@ -1,6 +1,6 @@
 """The controller's agent link: the same challenge as the coordinator, never the secret on the
 wire; a wrong secret never reaches the controller; idle connections are dropped; the agent
-client (CoordinatorClient, as run_agent uses it) gets through and receives its order, also past
+client (RequestClient, as run_agent uses it) gets through and receives its order, also past
 200 idle and 32 slow-drip connections; malformed hellos and reports never reach the controller."""
 
 from __future__ import annotations
@@ -15,29 +15,44 @@ from typing import Any
 
 import pytest
 
-from parsl_malleable.controller.agent_link import AgentLink, AgentServer
+from parsl_malleable.controller.agent_link import (
+    AgentHello,
+    AgentLink,
+    AgentReport,
+    AgentServer,
+    ExitOrder,
+    RunRank,
+)
 from parsl_malleable.controller.node_agent import coordinator_token
-from parsl_malleable.elastic.message_server import Limits
-from parsl_malleable.elastic.wire import CoordinatorClient, LineReader, proof, send_message
 from parsl_malleable.errors import MalleableError
+from parsl_malleable.transport.server import Limits
+from parsl_malleable.transport.wire import LineReader, RequestClient, proof, send_message
 from tests.elastic.hostile import DRIP, IDLE, Probe
 from tests.elastic.listening import chosen_address, listening
+from tests.elastic.raw_requests import request
 
 SECRET = "controller-secret"
+
+
+def agent_client(address: tuple[str, int]) -> RequestClient:
+    """A connection as run_agent opens it: the challenge, then the client's greeting."""
+    client = RequestClient(*address, SECRET)
+    request(client, "hello")
+    return client
 
 
 class Recorder:
     """The controller's callbacks: hellos seen, and a link that has one order queued."""
 
     def __init__(self) -> None:
-        self.hellos: list[dict[str, Any]] = []
+        self.hellos: list[AgentHello] = []
         self.said_hello = threading.Event()
 
-    def hello(self, message: dict[str, Any]) -> AgentLink:
+    def hello(self, message: AgentHello) -> AgentLink:
         self.hellos.append(message)
         self.said_hello.set()
         link = AgentLink("a", "n", "node", "b", "0", 0, 1, frozenset({"job"}))
-        link.orders.put({"action": "exit", "reason": "test"})
+        link.orders.put(ExitOrder(reason="test"))
         return link
 
 
@@ -59,17 +74,17 @@ def served():
 
 def test_an_agent_with_the_secret_gets_its_order(served):
     server, recorder = served
-    client = CoordinatorClient(*server.server_address, SECRET)
-    order = client.request("hello", agent="a", jobs=["job"], node="n")
+    client = agent_client(server.server_address)
+    order = request(client, "hello", agent="a", jobs=["job"], node="n")
     assert order == {"action": "exit", "reason": "test"}
-    assert recorder.hellos[0]["node"] == "n" and "token" not in recorder.hellos[0]
+    assert recorder.hellos[0].node == "n" and "token" not in recorder.hellos[0].to_json()
     client.close()
 
 
 def test_a_wrong_secret_is_refused_and_never_reaches_the_controller(served):
     server, recorder = served
     with pytest.raises(MalleableError, match="bad token"):
-        CoordinatorClient(*server.server_address, "not-the-secret")
+        RequestClient(*server.server_address, "not-the-secret")
     # By hand: the secret is never asked for, only an HMAC of a fresh nonce.
     sock = socket.create_connection(server.server_address)
     reader = LineReader(sock)
@@ -121,12 +136,12 @@ def test_the_link_listens_on_the_chosen_address_only():
 
 
 def test_a_terminated_agent_is_answered_exit_without_waiting_for_an_order() -> None:
-    reports: list[dict[str, Any]] = []
+    reports: list[AgentReport] = []
     gone = threading.Event()
 
-    def hello(message: dict[str, Any]) -> AgentLink:
+    def hello(message: AgentHello) -> AgentLink:
         link = AgentLink("a", "pool-1", "node", "b", "0", 0, 1, frozenset({"job"}))
-        link.orders.put({"action": "run", "job": "job", "member": "m", "host": "h", "port": 1})
+        link.orders.put(RunRank(job="job", member="m", host="h", port=1))
         return link  # one order only: a report that waited for a second would hang
 
     server = AgentServer(
@@ -139,12 +154,14 @@ def test_a_terminated_agent_is_answered_exit_without_waiting_for_an_order() -> N
     )
     server.start()
     try:
-        client = CoordinatorClient(*server.server_address, SECRET)
-        assert client.request("hello", agent="a", jobs=["job"])["action"] == "run"
-        reply = client.request("done", agent="a", job="job", status="terminated")
+        client = agent_client(server.server_address)
+        assert request(client, "hello", agent="a", jobs=["job"])["action"] == "run"
+        reply = request(client, "done", agent="a", job="job", status="terminated")
         assert reply == {"action": "exit", "reason": "its node is being taken"}
         assert gone.wait(10)
-        assert reports == [{"op": "done", "agent": "a", "job": "job", "status": "terminated"}]
+        assert [r.to_json() for r in reports] == [
+            {"op": "done", "agent": "a", "job": "job", "status": "terminated"}
+        ]
         client.close()
     finally:
         server.close()
@@ -152,34 +169,36 @@ def test_a_terminated_agent_is_answered_exit_without_waiting_for_an_order() -> N
 
 def test_malformed_hellos_and_reports_never_reach_the_controller(served) -> None:
     server, recorder = served
-    client = CoordinatorClient(*server.server_address, SECRET)
+    client = agent_client(server.server_address)
     with pytest.raises(MalleableError, match="bad 'hello' request: local_rank"):
-        client.request("hello", agent="a", jobs=["job"], local_rank="first")
+        request(client, "hello", agent="a", jobs=["job"], local_rank="first")
     client.close()
-    client = CoordinatorClient(*server.server_address, SECRET)
+    client = agent_client(server.server_address)
     with pytest.raises(MalleableError, match="bad 'hello' request: agent: Field required"):
-        client.request("hello", jobs=["job"])
+        request(client, "hello", jobs=["job"])
     client.close()
     assert not recorder.said_hello.is_set()
 
-    reports: list[dict[str, Any]] = []
+    reports: list[AgentReport] = []
 
-    def hello(message: dict[str, Any]) -> AgentLink:
+    def hello(message: AgentHello) -> AgentLink:
         link = AgentLink("a", "pool-1", "node", "b", "0", 0, 1, frozenset({"job"}))
-        link.orders.put({"action": "run", "job": "job", "member": "m", "host": "h", "port": 1})
-        link.orders.put({"action": "exit", "reason": "test"})
+        link.orders.put(RunRank(job="job", member="m", host="h", port=1))
+        link.orders.put(ExitOrder(reason="test"))
         return link
 
     other = AgentServer(("127.0.0.1", 0), SECRET, hello, lambda _, r: reports.append(r), print)
     other.start()
     try:
-        client = CoordinatorClient(*other.server_address, SECRET)
-        assert client.request("hello", agent="a", jobs=["job"])["action"] == "run"
+        client = agent_client(other.server_address)
+        assert request(client, "hello", agent="a", jobs=["job"])["action"] == "run"
         with pytest.raises(MalleableError, match="bad 'done' request: status"):
-            client.request("done", agent="a", job="job")
+            request(client, "done", agent="a", job="job")
         # The link goes on: the next, well-formed report gets the next order.
-        assert client.request("done", agent="a", job="job", status="left")["action"] == "exit"
-        assert reports == [{"op": "done", "agent": "a", "job": "job", "status": "left"}]
+        assert request(client, "done", agent="a", job="job", status="left")["action"] == "exit"
+        assert [r.to_json() for r in reports] == [
+            {"op": "done", "agent": "a", "job": "job", "status": "left"}
+        ]
         client.close()
     finally:
         other.close()
@@ -207,9 +226,9 @@ def test_agents_register_past_idle_and_slow_drip_connections(limits, caplog) -> 
         """Seconds for ``count`` agents, at once, to connect, say hello and get their order."""
 
         def agent(i: int) -> dict[str, Any]:
-            client = CoordinatorClient(*server.server_address, SECRET)
+            client = agent_client(server.server_address)
             try:
-                return client.request("hello", agent=f"agent-{i}", jobs=["job"], node=f"n{i}")
+                return request(client, "hello", agent=f"agent-{i}", jobs=["job"], node=f"n{i}")
             finally:
                 client.close()
 

@@ -1,13 +1,15 @@
-"""One rank process of tests/elastic/test_ddp_resize.py: digits trained with ``ctx.wrap`` (DDP)
-and a ``DataLoader`` (one persistent worker process) over an
+"""One rank process of the DDP tests (tests/elastic/rank_procs.py starts it): digits trained with
+``ctx.wrap`` (DDP) and a ``DataLoader`` (one persistent worker process) over an
 ``ElasticDistributedSampler`` (a fixed global batch), optionally in fp16 with a GradScaler and
 with micro-batches (gradient accumulation; ``apps.digits.train_ddp``'s loop).
 
-Run as ``python ddp_rank.py HOST PORT TOKEN MEMBER SETTINGS_JSON ARGS_JSON``; prints
-``outcome <json>`` on its last line. Besides training, every step adds the indices this rank's
-DataLoader delivered (the padding excluded) to a per-epoch count in the state, summed over the
-group: a committed field, rolled back and handed to newcomers with the rest, so at the end it
-says how often each sample was trained in each epoch across every resize and rollback.
+Run as ``python ddp_rank.py HOST PORT MEMBER SETTINGS_JSON ARGS_JSON`` with the job's token in
+$DDP_RANK_TOKEN; prints ``outcome <json>`` on its last line. Besides training, every step adds
+the indices
+this rank's DataLoader delivered (the padding excluded) to a per-epoch count in the state,
+summed over the group: a committed field, rolled back and handed to newcomers with the rest, so
+at the end it says how often each sample was trained in each epoch across every resize and
+rollback.
 """
 
 from __future__ import annotations
@@ -105,9 +107,10 @@ def train(
 def main() -> None:
     # DDP_RANK_LOG=INFO shows the runtime's rollbacks ("gradient exchange failed ...").
     logging.basicConfig(level=os.environ.get("DDP_RANK_LOG", "WARNING"))
-    host, port, token, member = sys.argv[1:5]
-    settings = RankSettings(**json.loads(sys.argv[5]))
-    kwargs = json.loads(sys.argv[6])
+    host, port, member = sys.argv[1:4]
+    token = os.environ.pop("DDP_RANK_TOKEN")
+    settings = RankSettings(**json.loads(sys.argv[4]))
+    kwargs = json.loads(sys.argv[5])
     spec = RankSpec(host, int(port), token, settings, member_id=member)
     outcome = run_rank(spec, train, (), kwargs)
     print("outcome", json.dumps({"status": outcome.status, "value": outcome.value}), flush=True)

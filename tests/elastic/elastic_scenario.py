@@ -20,6 +20,7 @@ from parsl.executors import HighThroughputExecutor
 from parsl.providers import LocalProvider
 
 from parsl_malleable.app import ElasticJob
+from parsl_malleable.elastic.membership import OUT
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -138,7 +139,7 @@ def wait_size(job: ElasticJob, size: int, progress: int, timeout_s: float = 90.0
 def wait_no_ranks(job: ElasticJob, timeout_s: float = 60.0) -> None:
     """Wait until every rank has left and none is running."""
     ok = job.coordinator.wait_for(
-        lambda c: c.running_world_size() == 0 and all(m.gone or not m.alive for m in c.members()),
+        lambda c: c.running_world_size() == 0 and all(m.phase in OUT for m in c.members()),
         timeout_s,
     )
     assert ok, f"ranks still present: {job.coordinator.members()}"

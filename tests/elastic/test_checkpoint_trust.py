@@ -24,13 +24,13 @@ import torch
 from parsl_malleable.app import ElasticOptions, _function_name
 from parsl_malleable.elastic.checkpoint import (
     KEY_FILE_NAME,
-    LEGACY_FORMAT,
     CheckpointError,
     CheckpointStore,
 )
 
 LOGGER = "parsl_malleable.elastic.checkpoint"
 FINGERPRINT = "f00dcafe"
+FORMAT_1 = "parsl-malleable-checkpoint/1"  # the 0.1.0 development builds' plain-sha256 format
 needs_root = pytest.mark.skipif(
     os.geteuid() != 0, reason="giving a file to another uid needs root (CI runs as root)"
 )
@@ -63,37 +63,6 @@ def _forge_weights(pt_path: Path, marker: int) -> Path:
             manifest[field] = _plain_digest(manifest, field)
     manifest_path.write_text(json.dumps(manifest))
     return manifest_path
-
-
-def _write_legacy(folder: Path, step: int) -> Path:
-    """A checkpoint exactly as format 1 wrote it: envelope, manifest with a plain sha256."""
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-    pt_path = folder / f"ckpt-{step:012d}.pt"
-    envelope = {
-        "format": LEGACY_FORMAT,
-        "step": step,
-        "fingerprint": FINGERPRINT,
-        "payload": {"marker": torch.tensor(step)},
-    }
-    torch.save(envelope, pt_path)
-    data = pt_path.read_bytes()
-    manifest: dict[str, Any] = {
-        "format": LEGACY_FORMAT,
-        "step": step,
-        "fingerprint": FINGERPRINT,
-        "file": pt_path.name,
-        "size": len(data),
-        "sha256": hashlib.sha256(data).hexdigest(),
-        "created": 1.0,
-    }
-    manifest["manifest_sha256"] = _plain_digest(manifest, "manifest_sha256")
-    pt_path.with_suffix(".json").write_text(json.dumps(manifest))
-    for path in (pt_path, pt_path.with_suffix(".json")):
-        os.chmod(path, 0o600)
-    return pt_path
-
-
-# ------------------------------------------------------------------ bound to the job
 
 
 def test_a_checkpoint_of_another_job_is_refused_naming_it_and_taken_only_when_adopted(
@@ -171,7 +140,7 @@ def test_forged_weights_with_a_recomputed_manifest_hash_are_refused(
     assert "HMAC-SHA256" in store.skipped[0]
 
 
-def test_forged_weights_in_an_old_format_manifest_are_refused(tmp_path: Path) -> None:
+def test_forged_weights_in_a_format_1_manifest_are_refused(tmp_path: Path) -> None:
     """A downgrade: the forger rewrites the manifest in format 1, whose plain hash anyone can
     recompute; it is refused with a clear error, never loaded as the job's own."""
     store = CheckpointStore(tmp_path / "ckpt")
@@ -181,31 +150,33 @@ def test_forged_weights_in_an_old_format_manifest_are_refused(tmp_path: Path) ->
     manifest = json.loads(manifest_path.read_text())
     for field in ("mac", "campaign", "job", "key_id"):
         manifest.pop(field, None)
-    manifest["format"] = LEGACY_FORMAT
+    manifest["format"] = FORMAT_1
     manifest["manifest_sha256"] = _plain_digest(manifest, "manifest_sha256")
     manifest_path.write_text(json.dumps(manifest))
     with pytest.raises(CheckpointError) as error:
         store.load_latest(FINGERPRINT)
-    assert f"{pt_path} has an old-format manifest ({LEGACY_FORMAT})" in str(error.value)
+    assert f"{pt_path} has a manifest in format {FORMAT_1!r}" in str(error.value)
 
 
-def test_an_old_format_checkpoint_is_refused_clearly_and_adopted_only_when_asked(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    pt_path = _write_legacy(tmp_path / "ckpt", step=4)
+def test_a_format_1_checkpoint_is_refused_even_when_adopting(tmp_path: Path) -> None:
+    """Format 1 (0.1.0 development builds: a plain sha256, no job) has no reader any more: its
+    checkpoints are refused by name, never loaded, not even as an explicit warm start."""
     store = CheckpointStore(tmp_path / "ckpt")
-    with pytest.raises(CheckpointError) as error:
-        store.load_latest(FINGERPRINT)
-    message = str(error.value)
-    assert f"{pt_path} has an old-format manifest" in message and "plain sha256" in message
-    assert f"warm_start_from={str(store.directory)!r}" in message and "delete it" in message
-
-    with caplog.at_level(logging.WARNING, logger=LOGGER):
-        payload, step = store.load_latest(FINGERPRINT, adopt=True)
-    assert (step, payload["marker"].item()) == (4, 4)
-    assert store.unauthenticated_loads == 1
-    assert store.adopted is not None and "old-format" in store.adopted
-    assert "not authenticated" in store.adopted and str(pt_path) in caplog.text
+    _save(store, 4)
+    pt_path = store.directory / "ckpt-000000000004.pt"
+    manifest_path = pt_path.with_suffix(".json")
+    manifest = json.loads(manifest_path.read_text())
+    for field in ("mac", "campaign", "job", "key_id"):
+        manifest.pop(field, None)
+    manifest["format"] = FORMAT_1
+    manifest_path.write_text(json.dumps(manifest))
+    for adopt in (False, True):
+        with pytest.raises(CheckpointError) as error:
+            store.load_latest(FINGERPRINT, adopt=adopt)
+        message = str(error.value)
+        assert f"{pt_path} has a manifest in format {FORMAT_1!r}" in message, message
+        assert "delete it to start over" in message
+    assert store.unauthenticated_loads == 0
 
 
 def test_a_missing_key_is_refused_clearly_and_adopted_only_when_asked(tmp_path: Path) -> None:
@@ -329,13 +300,13 @@ def test_an_apps_checkpoint_policy_names_its_job_campaign_and_warm_start(tmp_pat
     options = ElasticOptions(
         checkpoint_dir=str(tmp_path), campaign="sweep", warm_start_from=str(tmp_path / "a")
     )
-    assert options.checkpoint_policy("lr-0.1") == {
+    assert options.checkpoint_policy("lr-0.1").model_dump() == {
         "job": "lr-0.1",
         "campaign": "sweep",
         "warm_start_from": str(tmp_path / "a"),
     }
     plain = ElasticOptions(checkpoint_dir=str(tmp_path)).checkpoint_policy("x")
-    assert plain == {"job": "x", "campaign": "", "warm_start_from": None}
+    assert plain.model_dump() == {"job": "x", "campaign": "", "warm_start_from": None}
     # An unnamed job is bound to its function, not to the counted name it gets in logs.
     from apps.digits import train_elastic
 

@@ -10,10 +10,13 @@ import pytest
 import torch
 
 from parsl_malleable.elastic.coordinator import Coordinator
+from parsl_malleable.elastic.heartbeat import Heartbeat
+from parsl_malleable.elastic.membership import MemberPhase
 from parsl_malleable.elastic.rank import _result_copy
 from parsl_malleable.elastic.torch_backend import TorchRendezvousHost
-from parsl_malleable.elastic.wire import CoordinatorClient, Heartbeat
 from parsl_malleable.errors import ConfigError, MalleableError
+from parsl_malleable.transport.wire import RequestClient
+from tests.elastic.raw_requests import request
 
 
 class Rank:
@@ -22,15 +25,20 @@ class Rank:
     def __init__(self, coordinator: Coordinator, name: str) -> None:
         host, port = coordinator.address
         self.name = name
-        self.client = CoordinatorClient(host, port, coordinator.token)
-        self.client.request("register", member=name, host="h", pid=1, block=f"b-{name}")
+        self.client = RequestClient(host, port, coordinator.token)
+        request(self.client, "register", member=name, host="h", pid=1, block=f"b-{name}")
         self.notices: list[dict[str, Any]] = []
         self.heartbeat = Heartbeat(
-            host, port, coordinator.token, name, interval_s=0.2, on_notice=self.notices.append
+            host,
+            port,
+            coordinator.token,
+            name,
+            interval_s=0.2,
+            on_notice=lambda notice: self.notices.append(notice.to_json()),
         )
 
     def req(self, op: str, **fields: Any) -> dict[str, Any]:
-        return self.client.request(op, member=self.name, **fields)
+        return request(self.client, op, member=self.name, **fields)
 
     def report(self, epoch: int, step: int, reason: str = "change") -> dict[str, Any]:
         return self.req(
@@ -81,7 +89,8 @@ def test_grow_drain_and_loss_form_new_epochs(coordinator):
 
     b.close()  # the kernel closes a dead process's sockets: the coordinator sees the loss
     assert coordinator.wait_for(
-        lambda co: not next(m for m in co.members() if m.member_id == "b").alive, 5
+        lambda co: next(m for m in co.members() if m.member_id == "b").phase is MemberPhase.LOST,
+        5,
     )
     assert a.req("poll", epoch=3, step=4)["change"]
     # The survivor was told at once (a backend blocked in a collective can give up now).
@@ -141,10 +150,10 @@ def test_last_leavers_save_once_and_waiting_ranks_exit_when_done(coordinator):
 def test_bad_token_unknown_member_and_bad_sizes_are_refused(coordinator):
     host, port = coordinator.address
     with pytest.raises(MalleableError, match="bad token"):
-        CoordinatorClient(host, port, "not-the-token")
-    client = CoordinatorClient(host, port, coordinator.token)
+        RequestClient(host, port, "not-the-token")
+    client = RequestClient(host, port, coordinator.token)
     with pytest.raises(MalleableError, match="member ghost has not registered"):
-        client.request("poll", member="ghost", epoch=1, step=1)
+        request(client, "poll", member="ghost", epoch=1, step=1)
     client.close()
     with pytest.raises(ConfigError, match="min_nodes=3, max_nodes=2"):
         Coordinator(TorchRendezvousHost(), min_nodes=3, max_nodes=2)

@@ -13,10 +13,11 @@ import pytest
 
 from parsl_malleable.elastic import coordinator_server
 from parsl_malleable.elastic.coordinator import Coordinator
-from parsl_malleable.elastic.message_server import Limits
 from parsl_malleable.elastic.torch_backend import TorchRendezvousHost
-from parsl_malleable.elastic.wire import CoordinatorClient, LineReader, proof, send_message
 from parsl_malleable.errors import MalleableError
+from parsl_malleable.transport.server import Limits
+from parsl_malleable.transport.wire import LineReader, RequestClient, proof, send_message
+from tests.elastic.raw_requests import request
 
 
 @pytest.fixture
@@ -69,13 +70,13 @@ def test_idle_and_garbage_connections_are_dropped_and_ranks_still_get_in(coordin
     assert _closed_by_server(garbage) < 5.0
     assert reset_mid_send or _closed_by_server(endless) < 5.0
     assert 0.5 < _closed_by_server(idle) < 10.0  # the 1 s handshake deadline
-    client = CoordinatorClient(host, port, coordinator.token)
-    client.request("register", member="m", host="h", pid=1, block="b")
+    client = RequestClient(host, port, coordinator.token)
+    request(client, "register", member="m", host="h", pid=1, block="b")
     # A connection opened after the rank authenticated is dropped at its own deadline: by
     # then the rank is past any handshake deadline too, and a known rank may stay quiet.
     later = socket.create_connection((host, port))
     assert _closed_by_server(later) > 0.5
-    assert client.request("hello") == {"ok": True}
+    assert request(client, "hello") == {"ok": True}
     client.close()
 
 
@@ -109,8 +110,8 @@ def test_strangers_beyond_the_cap_evict_the_oldest_and_ranks_still_get_in(monkey
         readable, _, _ = select.select(crowd[8:], [], [], 0)
         assert readable == []
         began = time.monotonic()
-        client = CoordinatorClient(*coordinator.address, coordinator.token)
-        client.request("register", member="m", host="h", pid=1, block="b")
+        client = RequestClient(*coordinator.address, coordinator.token)
+        request(client, "register", member="m", host="h", pid=1, block="b")
         assert time.monotonic() - began < 5.0
         assert coordinator.registered("m")
         client.close()
@@ -140,7 +141,7 @@ def test_the_token_never_crosses_the_wire_and_a_wrong_proof_is_refused(coordinat
 
 
 def test_malformed_requests_are_refused_and_the_connection_kept(coordinator):
-    client = CoordinatorClient(*coordinator.address, coordinator.token)
+    client = RequestClient(*coordinator.address, coordinator.token)
     for op, fields, why in [
         ("register", {"member": 3}, "bad 'register' request: member"),
         ("register", {"member": "m", "pid": "not a number"}, "bad 'register' request: pid"),
@@ -150,9 +151,9 @@ def test_malformed_requests_are_refused_and_the_connection_kept(coordinator):
         ("no_such_op", {}, "unknown op 'no_such_op'"),
     ]:
         with pytest.raises(MalleableError, match=why):
-            client.request(op, **fields)
+            request(client, op, **fields)
     assert coordinator.members() == []  # nothing malformed reached the coordinator's state
-    assert client.request("hello") == {"ok": True}
-    client.request("register", member="m", host="h", pid=1, block="b")
+    assert request(client, "hello") == {"ok": True}
+    request(client, "register", member="m", host="h", pid=1, block="b")
     assert coordinator.registered("m")
     client.close()

@@ -9,63 +9,21 @@ process, without Parsl blocks, which keeps the run short; the block-level path i
 
 from __future__ import annotations
 
-import json
 import os
 import signal
-import subprocess
-import sys
-import uuid
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
 
 import pytest
 
 from parsl_malleable.elastic.coordinator import Coordinator
 from parsl_malleable.elastic.torch_backend import TorchRendezvousHost
 from tests.elastic import elastic_scenario as sc
+from tests.elastic.rank_procs import Ranks
 
-RANK = Path(__file__).with_name("ddp_rank.py")
-REPO = Path(__file__).resolve().parents[2]
 EPOCHS = 12
 ARGS = {"epochs": EPOCHS, "batch_size": 32, "lr": 0.02, "seed": 0}
 SETTINGS = {"collective_timeout_s": 15.0, "heartbeat_interval_s": 0.5, "torch_threads": 1}
-
-
-class Ranks:
-    """Rank processes of one coordinator, started and killed by the test."""
-
-    def __init__(self, coordinator: Coordinator, args: dict[str, Any]) -> None:
-        self.coordinator = coordinator
-        self.args = args
-        self.procs: dict[str, subprocess.Popen] = {}
-
-    def start(self, count: int) -> list[str]:
-        host, port = self.coordinator.address
-        env = {**os.environ, "PYTHONPATH": f"{REPO}:{os.environ.get('PYTHONPATH', '')}"}
-        env["OMP_NUM_THREADS"] = "1"
-        names = []
-        for _ in range(count):
-            name = uuid.uuid4().hex[:8]
-            cmd = [sys.executable, str(RANK), host, str(port), self.coordinator.token, name]
-            cmd += [json.dumps(SETTINGS), json.dumps(self.args)]
-            self.procs[name] = subprocess.Popen(
-                cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-            )
-            names.append(name)
-        return names
-
-    def outcome(self, name: str, timeout_s: float = 120) -> dict[str, Any]:
-        out, err = self.procs[name].communicate(timeout=timeout_s)
-        lines = [line for line in out.splitlines() if line.startswith("outcome ")]
-        assert lines, f"rank {name} printed no outcome; stderr: {err[-3000:]}"
-        return json.loads(lines[-1].split(" ", 1)[1])
-
-    def close(self) -> None:
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                proc.kill()
-                proc.communicate()
 
 
 def _coordinator(max_nodes: int) -> Coordinator:
@@ -81,11 +39,11 @@ def _coordinator(max_nodes: int) -> Coordinator:
 def test_ddp_dataloader_through_2_4_1_3_with_a_kill(tmp_path: Path) -> None:
     # The uninterrupted run: one rank, the same script and seed, alongside the elastic one.
     ref_coordinator = _coordinator(1)
-    reference = Ranks(ref_coordinator, ARGS)
+    reference = Ranks(ref_coordinator, ARGS, SETTINGS)
     coordinator = _coordinator(4)
     pace = tmp_path / "pace"
     pace.touch()
-    ranks = Ranks(coordinator, {**ARGS, "pace_file": str(pace), "step_delay_s": 0.08})
+    ranks = Ranks(coordinator, {**ARGS, "pace_file": str(pace), "step_delay_s": 0.08}, SETTINGS)
     job = SimpleNamespace(coordinator=coordinator)
     try:
         (ref_name,) = reference.start(1)
@@ -150,7 +108,7 @@ def test_fp16_scaler_and_accumulation_survive_a_grow_and_a_kill(tmp_path: Path) 
     pace.touch()
     args = {**ARGS, "epochs": epochs, "batch_size": 32, "precision": "fp16", "micro_batch": 8}
     # 43 steps an epoch: paced, the 6 epochs would last 39 s, more than the drive.
-    ranks = Ranks(coordinator, {**args, "pace_file": str(pace), "step_delay_s": 0.15})
+    ranks = Ranks(coordinator, {**args, "pace_file": str(pace), "step_delay_s": 0.15}, SETTINGS)
     job = SimpleNamespace(coordinator=coordinator)
     try:
         ranks.start(2)

@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from parsl_malleable.elastic.backend_interface import RendezvousInfo, info_from_json
-from parsl_malleable.elastic.membership import Loss, Membership
+from parsl_malleable.elastic.membership import Loss, MemberPhase, Membership
+from parsl_malleable.elastic.messages import Exit, Leave
 from parsl_malleable.errors import ConfigError
 
 REPLY_S = 30.0  # bound for a blocked call to be answered; not a timing assertion
@@ -105,13 +106,13 @@ def test_a_cold_start_forms_one_epoch_with_every_joiner(
 ) -> None:
     membership, rendezvous = make(min_nodes=2, max_nodes=4)
     replies = form_first(membership, pool, "a", "b")
-    assert sorted(r["rank"] for r in replies.values()) == [0, 1]
-    assert {r["action"] for r in replies.values()} == {"run"}
-    assert {r["epoch"] for r in replies.values()} == {1}
+    assert sorted(r.rank for r in replies.values()) == [0, 1]
+    assert {r.action for r in replies.values()} == {"run"}
+    assert {r.epoch for r in replies.values()} == {1}
     assert rendezvous.prepared == [(1, 2)]
-    info = info_from_json(replies["a"]["info"])
+    info = info_from_json(replies["a"].info)
     assert (info.port, info.world_size) == (1001, 2)
-    assert replies["a"]["known_step"] == -1
+    assert replies["a"].known_step == -1
     assert membership.running_world_size() == 2
     assert [e["reason"] for e in membership.epochs()] == ["cold start"]
 
@@ -121,7 +122,7 @@ def test_a_newcomer_is_pending_and_joins_last_after_every_member_reports(
 ) -> None:
     membership, _ = make(max_nodes=3)
     first = form_first(membership, pool, "a", "b")
-    leader = min(first, key=lambda name: first[name]["rank"])
+    leader = min(first, key=lambda name: first[name].rank)
     assert membership.poll(1, step=1, samples=10) is False
 
     assert membership.register("c", host="h", pid=1, block="b-c")
@@ -132,9 +133,9 @@ def test_a_newcomer_is_pending_and_joins_last_after_every_member_reports(
     assert not newcomer.done()  # b has not reported: no epoch can form
     rb = report(membership, pool, "b", 1, 2)
     second = {"a": ra.result(REPLY_S), "b": rb.result(REPLY_S), "c": newcomer.result(REPLY_S)}
-    assert {r["epoch"] for r in second.values()} == {2}
-    assert second[leader]["rank"] == 0 and second["c"]["rank"] == 2
-    assert second["c"]["known_step"] == 2
+    assert {r.epoch for r in second.values()} == {2}
+    assert second[leader].rank == 0 and second["c"].rank == 2
+    assert second["c"].known_step == 2
     assert [e["reason"] for e in membership.epochs()] == ["cold start", "membership change"]
 
 
@@ -154,8 +155,8 @@ def test_a_drained_member_leaves_without_saving_when_survivors_hold_the_state(
     assert membership.drain(block_ids=["b-b"]) == ["b"]
     assert membership.poll(1, step=3, samples=30) is True
     ra, rb = report(membership, pool, "a", 1, 3), report(membership, pool, "b", 1, 3)
-    assert rb.result(REPLY_S) == {"action": "leave", "save": False}
-    assert ra.result(REPLY_S)["world_size"] == 1
+    assert rb.result(REPLY_S) == Leave(save=False)
+    assert ra.result(REPLY_S).world_size == 1
     membership.left("b", saved_step=None)
     assert membership.live_members() == 1
     assert [e["event"] for e in membership.events()].count("left") == 1
@@ -167,10 +168,7 @@ def test_the_last_holder_of_the_state_saves_it_before_leaving(
     membership, _ = make()
     form_first(membership, pool, "a")
     membership.drain(member_ids=["a"])
-    assert report(membership, pool, "a", 1, 5).result(REPLY_S) == {
-        "action": "leave",
-        "save": True,
-    }
+    assert report(membership, pool, "a", 1, 5).result(REPLY_S) == Leave(save=True)
 
 
 def test_draining_a_member_not_yet_registered_applies_when_it_arrives(make: Make) -> None:
@@ -203,9 +201,9 @@ def test_a_loss_after_the_end_tells_no_one(make: Make, pool: ThreadPoolExecutor)
 def test_abort_sends_waiting_ranks_away(make: Make, pool: ThreadPoolExecutor) -> None:
     membership, _ = make(min_nodes=2)
     membership.register("a", host="h", pid=1, block=None)
-    waiting: Future[dict[str, Any]] = pool.submit(membership.join, "a")
+    waiting: Future[Any] = pool.submit(membership.join, "a")
     membership.abort("user code failed")
-    assert waiting.result(REPLY_S) == {"action": "exit", "reason": "aborted"}
+    assert waiting.result(REPLY_S) == Exit(reason="aborted")
     assert membership.abort_message == "user code failed"
 
 
@@ -216,7 +214,7 @@ def test_closing_releases_a_blocked_join(make: Make, pool: ThreadPoolExecutor) -
     membership.closed.set()
     with membership.cond:
         membership.cond.notify_all()
-    assert waiting.result(REPLY_S) == {"action": "exit", "reason": "coordinator closed"}
+    assert waiting.result(REPLY_S) == Exit(reason="coordinator closed")
 
 
 def test_a_failed_collective_is_logged_as_one_rollback(
@@ -236,7 +234,7 @@ def test_a_failed_collective_is_logged_as_one_rollback(
         )
         for name in ("a", "b")
     ]
-    assert [r.result(REPLY_S)["epoch"] for r in reports] == [2, 2]
+    assert [r.result(REPLY_S).epoch for r in reports] == [2, 2]
     rollbacks = [e for e in membership.events() if e["event"] == "rollback"]
     assert len(rollbacks) == 1
     assert (rollbacks[0]["attempted_step"], rollbacks[0]["committed_step"]) == (5, 4)
@@ -262,3 +260,68 @@ def test_warnings_are_listed_oldest_first(make: Make) -> None:
     membership.warn("first")
     membership.warn("second", member="a")
     assert membership.warnings() == ["first", "second"]
+
+
+def test_a_member_that_reports_after_it_was_lost_is_told_to_leave(
+    make: Make, pool: ThreadPoolExecutor
+) -> None:
+    """A frozen rank (its heartbeats stopped) that runs again: the group went on without it."""
+    membership, _ = make(max_nodes=3)
+    form_first(membership, pool, "a", "b", "c")
+    membership.poll(1, step=5, samples=50)
+    membership.lose("b", "no heartbeat for 10.0 s")
+    survivors = [report(membership, pool, name, 1, 5) for name in ("a", "c")]
+    assert {f.result(REPLY_S).epoch for f in survivors} == {2}
+
+    back = report(membership, pool, "b", 1, 5).result(REPLY_S)
+    assert back == Leave(save=False)
+    assert membership.epochs()[-1]["members"] == ["a", "c"]
+    (warning,) = membership.warnings()
+    assert "b (block b-b) came back" in warning and "told to leave" in warning
+
+
+def test_a_member_lost_while_it_waits_for_an_assignment_is_sent_away(
+    make: Make, pool: ThreadPoolExecutor
+) -> None:
+    """Cut off from its liveness connection while blocked in ``join``: it must not wait on."""
+    membership, _ = make(min_nodes=2)
+    assert membership.register("a", host="h", pid=1, block=None)
+    waiting = pool.submit(membership.join, "a")
+    assert eventually(lambda: membership.members()[0].phase is MemberPhase.WAITING)
+    membership.lose("a", "connection closed")
+    assert waiting.result(REPLY_S) == Leave(save=False)
+    assert membership.warnings() == []  # it never came back; the loss is its own event
+    # and one that froze before it even joined is sent away when it does
+    assert membership.register("z", host="h", pid=2, block=None)
+    membership.lose("z", "no heartbeat for 10.0 s")
+    assert pool.submit(membership.join, "z").result(REPLY_S).action == "leave"
+
+
+def phases(membership: Membership) -> dict[str, MemberPhase]:
+    return {m.member_id: m.phase for m in membership.members()}
+
+
+def test_a_members_phase_follows_its_life_and_lost_is_final(
+    make: Make, pool: ThreadPoolExecutor
+) -> None:
+    membership, _ = make(max_nodes=2)
+    assert membership.register("a", host="h", pid=1, block="b-a")
+    assert phases(membership) == {"a": MemberPhase.REGISTERED}
+    form_first(membership, pool, "b")  # b trains alone; a has not joined yet
+    assert phases(membership) == {"a": MemberPhase.REGISTERED, "b": MemberPhase.ASSIGNED}
+    joining = pool.submit(membership.join, "a")
+    assert eventually(lambda: phases(membership)["a"] is MemberPhase.WAITING)
+    membership.drain(member_ids=["b"])  # b leaves at its next report; a takes over
+    leaving = report(membership, pool, "b", 1, 5)
+    assert leaving.result(REPLY_S) == Leave(save=True)  # it holds the state
+    assert phases(membership) == {"a": MemberPhase.WAITING, "b": MemberPhase.ASSIGNED}
+    membership.left("b", saved_step=5)
+    assert joining.result(REPLY_S).action == "run"
+    assert phases(membership) == {"a": MemberPhase.ASSIGNED, "b": MemberPhase.GONE}
+    # A loss after leaving names no one; lost stays lost whatever the member says next.
+    assert membership.lose("b", "liveness closed") == Loss()
+    assert membership.lose("a", "no heartbeat") == Loss(2, ("a",))
+    membership.left("a")
+    assert phases(membership) == {"a": MemberPhase.LOST, "b": MemberPhase.LOST}
+    assert membership.lose("a", "again") is None
+    assert membership.live_members() == 0

@@ -16,16 +16,17 @@ from contextlib import contextmanager
 
 import pytest
 
-from parsl_malleable.elastic.message_server import Connection, Limits, MessageServer
-from parsl_malleable.elastic.wire import (
-    CoordinatorClient,
+from parsl_malleable.errors import MalleableError
+from parsl_malleable.transport.server import Connection, Limits, MessageServer
+from parsl_malleable.transport.wire import (
     HandshakeBusy,
     LineReader,
+    RequestClient,
     open_authenticated,
     proof,
     send_message,
 )
-from parsl_malleable.errors import MalleableError
+from tests.elastic.raw_requests import request
 
 SECRET = "s3cret"
 
@@ -220,13 +221,13 @@ class FakeServer:
 
 def test_clients_retry_a_handshake_the_server_evicted_but_not_a_refusal() -> None:
     fake = FakeServer(["busy", "reset", "serve"])
-    client = CoordinatorClient(*fake.address, SECRET)
-    assert client.request("ping") == {"ok": True, "op": "ping"}
+    client = RequestClient(*fake.address, SECRET)
+    assert request(client, "ping") == {"ok": True, "op": "ping"}
     assert fake.accepted == 3
     client.close()
     fake.close()
     fake = FakeServer(["refuse", "serve"])
     with pytest.raises(MalleableError, match="bad token"):
-        CoordinatorClient(*fake.address, SECRET)
+        RequestClient(*fake.address, SECRET)
     assert fake.accepted == 1  # a wrong token is final
     fake.close()

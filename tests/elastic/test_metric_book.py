@@ -10,8 +10,9 @@ import pytest
 from parsl_malleable.elastic.coordinator import Coordinator
 from parsl_malleable.elastic.metric_book import MetricBook, check_metrics
 from parsl_malleable.elastic.torch_backend import TorchRendezvousHost
-from parsl_malleable.elastic.wire import CoordinatorClient
 from parsl_malleable.errors import MalleableError
+from parsl_malleable.transport.wire import RequestClient
+from tests.elastic.raw_requests import request
 
 
 def _steps(book: MetricBook) -> dict[int, float]:
@@ -107,18 +108,20 @@ def test_a_tensor_and_an_int_are_numbers() -> None:
 def test_the_coordinator_keeps_reports_and_refuses_malformed_ones() -> None:
     coordinator = Coordinator(TorchRendezvousHost(), settle_s=0.0)
     coordinator.start()
-    client = CoordinatorClient(*coordinator.address, coordinator.token)
+    client = RequestClient(*coordinator.address, coordinator.token)
     try:
-        client.request("register", member="r0")
-        client.request("timeline", member="r0", epoch=1, base=0)
-        client.request("metrics", member="r0", epoch=1, step=1, values={"acc": 0.5})
-        client.request("metrics", member="r0", epoch=1, step=2, values={"acc": math.nan})
-        client.request("timeline", member="r0", epoch=2, base=1)
-        assert client.request("metrics", member="r0", epoch=1, step=2, values={"acc": 0.1})["stale"]
+        request(client, "register", member="r0")
+        request(client, "timeline", member="r0", epoch=1, base=0)
+        request(client, "metrics", member="r0", epoch=1, step=1, values={"acc": 0.5})
+        request(client, "metrics", member="r0", epoch=1, step=2, values={"acc": math.nan})
+        request(client, "timeline", member="r0", epoch=2, base=1)
+        assert request(client, "metrics", member="r0", epoch=1, step=2, values={"acc": 0.1})[
+            "stale"
+        ]
         for bad in ({"acc": "x"}, {}, {f"m{i}": 1.0 for i in range(17)}, {"a b": 1.0}):
             with pytest.raises(MalleableError, match="bad 'metrics' request"):
-                client.request("metrics", member="r0", epoch=2, step=3, values=bad)
-        client.request("metrics", member="r0", epoch=2, step=2, values={"acc": 0.75})
+                request(client, "metrics", member="r0", epoch=2, step=3, values=bad)
+        request(client, "metrics", member="r0", epoch=2, step=2, values={"acc": 0.75})
         rows = [r.as_dict() for r in coordinator.metric_records()]
         assert [(r["step"], r["acc"]) for r in rows] == [(1, 0.5), (2, 0.75)]
         counts = coordinator.metric_counts()

@@ -24,6 +24,7 @@ import pytest
 
 from parsl_malleable.campaign.store import CampaignStore
 from parsl_malleable.elastic.coordinator import Coordinator
+from parsl_malleable.elastic.membership import OUT
 from parsl_malleable.elastic.torch_backend import TorchRendezvousHost
 from tests.elastic import elastic_scenario as sc
 
@@ -83,7 +84,7 @@ def _persist(store: CampaignStore, coordinator: Coordinator, run: int) -> int | 
 
 
 def _lost_all(coordinator: Coordinator) -> bool:
-    return all(not m.alive or m.gone for m in coordinator.members())
+    return all(m.phase in OUT for m in coordinator.members())
 
 
 @pytest.mark.slow

@@ -23,8 +23,8 @@ import pytest
 
 from parsl_malleable.elastic import coordinator_server
 from parsl_malleable.elastic.coordinator import Coordinator
-from parsl_malleable.elastic.message_server import Limits
 from parsl_malleable.elastic.torch_backend import TorchRendezvousHost
+from parsl_malleable.transport.server import Limits
 from tests.elastic.hostile import DRIP, IDLE, Probe
 
 REPO = Path(__file__).resolve().parents[2]

@@ -19,8 +19,8 @@ import pytest
 from parsl_malleable.elastic.coordinator import Coordinator
 from parsl_malleable.elastic.coordinator_store import CoordinatorStore
 from parsl_malleable.elastic.torch_backend import TorchRendezvousHost
-from parsl_malleable.elastic.wire import LineReader, send_message
 from parsl_malleable.errors import MalleableError
+from parsl_malleable.transport.wire import LineReader, send_message
 from tests.elastic.listening import chosen_address, listening
 
 

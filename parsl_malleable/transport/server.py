@@ -15,7 +15,7 @@ capped per source address and in total; a newcomer beyond a cap evicts the *olde
 connection (of its own address, or of the address holding the most) instead of being refused.
 A legitimate peer answers the challenge within a round trip, so it is never the oldest for
 long, while an idle or slow one ages out. Evicted peers are told ``{"error": "busy", "retry":
-true}``; clients retry with backoff (:mod:`~parsl_malleable.elastic.wire`). Drops are logged
+true}``; clients retry with backoff (:mod:`~parsl_malleable.transport.wire`). Drops are logged
 as one summary line per ``Limits.log_every_s``, never one per connection.
 """
 
@@ -38,8 +38,8 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from parsl_malleable.elastic.messages import Auth, Refusal, parse_line
-from parsl_malleable.elastic.wire import LineReader, proof, send_message
+from parsl_malleable.transport.messages import Auth, Challenge, Ok, Refusal, parse_line
+from parsl_malleable.transport.wire import LineReader, proof, send_message
 
 logger = logging.getLogger(__name__)
 
@@ -329,7 +329,7 @@ class MessageServer:
         pending = _Pending(sock, peer, secrets.token_hex(32), time.monotonic() + limits.handshake_s)
         self._pending[sock] = pending
         self._by_peer.setdefault(peer, {})[sock] = pending
-        line = json.dumps({"challenge": pending.nonce}).encode() + b"\n"
+        line = Challenge(challenge=pending.nonce).model_dump_json().encode() + b"\n"
         try:
             sock.setblocking(False)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -432,7 +432,7 @@ class MessageServer:
     def _serve_peer(self, connection: Connection) -> None:
         sock = connection.sock
         try:
-            send_message(sock, {"ok": True})
+            send_message(sock, Ok().to_json())
             self._handler(connection)
         except (OSError, ValueError) as exc:
             logger.debug("%s: connection from %s ended: %s", self.name, connection.peer, exc)

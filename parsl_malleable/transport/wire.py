@@ -4,7 +4,7 @@ One request, one reply, each a single JSON object on one line. Every connection 
 challenge: the coordinator sends a random nonce and the client answers with
 HMAC-SHA256(job token, nonce) (:func:`proof`), so a stray client (or another job's rank) cannot
 change a job's membership, and the token itself never crosses the wire. The server side is
-:mod:`~parsl_malleable.elastic.message_server`; the messages' shapes are
+:mod:`~parsl_malleable.transport.server`; the messages' shapes are
 :mod:`~parsl_malleable.elastic.messages`.
 
 A server under a flood of strangers may evict a handshake in progress (it tells the client
@@ -14,17 +14,15 @@ token, a server that speaks another protocol, or none listening is not retried.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import hmac
 import json
 import logging
 import socket
 import threading
-from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 from tenacity import (
     RetryCallState,
     Retrying,
@@ -33,14 +31,17 @@ from tenacity import (
     wait_random_exponential,
 )
 
-from parsl_malleable.elastic.messages import Challenge, Refusal
 from parsl_malleable.errors import MalleableError
+from parsl_malleable.transport.messages import Auth, Challenge, Refusal, Request
 
 logger = logging.getLogger(__name__)
 
 MAX_LINE = 1 << 20
 # How long a client keeps retrying handshakes that a busy server evicted.
 RETRY_FOR_S = 30.0
+
+
+R = TypeVar("R")
 
 
 class CoordinatorUnavailable(MalleableError):
@@ -90,7 +91,7 @@ def _authenticate(
             nonce = Challenge.model_validate(offer).challenge
         except ValidationError:
             raise CoordinatorUnavailable(f"coordinator {where} sent no challenge") from None
-        send_message(sock, {"op": "auth", "mac": proof(token, nonce)})
+        send_message(sock, Auth(op="auth", mac=proof(token, nonce)).model_dump())
         reply = reader.read()
         if reply is None:
             raise HandshakeBusy(f"coordinator {where} closed during authentication")
@@ -171,8 +172,13 @@ class LineReader:
         return message
 
 
-class CoordinatorClient:
-    """A rank's request connection to the coordinator (thread-safe, one request at a time)."""
+class RequestClient:
+    """An authenticated request connection (thread-safe, one request at a time): a rank's to
+    its coordinator, a node agent's to the controller.
+
+    :meth:`call` sends a typed request and validates the answer as the type it expects, so
+    neither side reads a raw dict.
+    """
 
     def __init__(
         self,
@@ -188,86 +194,58 @@ class CoordinatorClient:
         self._sock, self._reader = open_authenticated(
             host, port, token, connect_timeout_s, retry_for_s
         )
-        self.request("hello")
 
     @property
     def local_address(self) -> str:
-        """This end's address: the interface of this host that reaches the coordinator."""
+        """This end's address: the interface of this host that reaches the server."""
         return str(self._sock.getsockname()[0])
 
-    def request(self, op: str, **fields: Any) -> dict[str, Any]:
-        """Send ``op`` with ``fields`` and wait (without limit: some ops block) for the reply."""
+    @property
+    def peer_address(self) -> tuple[str, int]:
+        """The server's address and port as this connection reaches them."""
+        host, port = self._sock.getpeername()[:2]
+        return str(host), int(port)
+
+    def call(self, request: Request, answer: type[R] | TypeAdapter[R]) -> R:
+        """Send ``request`` and wait (without limit: some requests block) for its answer.
+
+        Raises :class:`CoordinatorUnavailable` when the connection fails or the answer is not
+        an ``answer`` (a peer of another version), :class:`MalleableError` for a refusal.
+        """
+        op = request.op
+        reply = self.exchange(request.to_json())
+        if "error" in reply:
+            raise MalleableError(f"{self.host}:{self.port} refused {op!r}: {reply['error']}")
+        try:
+            if isinstance(answer, TypeAdapter):
+                return answer.validate_python(reply)
+            return answer.model_validate(reply)  # type: ignore[attr-defined]
+        except ValidationError as exc:
+            first = exc.errors(include_url=False, include_input=False)[0]
+            where = ".".join(str(part) for part in first["loc"]) or "answer"
+            raise CoordinatorUnavailable(
+                f"{self.host}:{self.port} answered {op!r} with a malformed message "
+                f"({where}: {first['msg']})"
+            ) from exc
+
+    def exchange(self, message: dict[str, Any]) -> dict[str, Any]:
+        """Send one raw message and return the raw reply, refusals included: the transport
+        under :meth:`call`, and what a probe or a test of malformed requests uses."""
+        op = message.get("op")
         with self._lock:
             try:
-                send_message(self._sock, {"op": op, **fields})
+                send_message(self._sock, message)
                 reply = self._reader.read()
             except OSError as exc:
                 raise CoordinatorUnavailable(
-                    f"coordinator {self.host}:{self.port} dropped request {op!r}: {exc}"
+                    f"{self.host}:{self.port} dropped request {op!r}: {exc}"
                 ) from exc
         if reply is None:
-            raise CoordinatorUnavailable(
-                f"coordinator {self.host}:{self.port} closed during {op!r}"
-            )
-        if "error" in reply:
-            raise MalleableError(f"coordinator refused {op!r}: {reply['error']}")
+            raise CoordinatorUnavailable(f"{self.host}:{self.port} closed during {op!r}")
         return reply
 
     def close(self) -> None:
         """Close the connection."""
-        self._sock.close()
-
-
-class Heartbeat:
-    """A second connection that only pings; the coordinator treats its loss as the rank's death.
-
-    A killed process's sockets are closed by the kernel, so the coordinator learns of a SIGKILL at
-    once; a silent network loss is caught by the missing pings instead.
-    """
-
-    def __init__(
-        self,
-        host: str,
-        port: int,
-        token: str,
-        member_id: str,
-        interval_s: float = 1.0,
-        on_notice: Callable[[dict[str, Any]], None] | None = None,
-    ) -> None:
-        self._sock, self._reader = open_authenticated(host, port, token)
-        send_message(self._sock, {"op": "liveness", "member": member_id})
-        if self._reader.read() is None:
-            raise CoordinatorUnavailable(f"coordinator {host}:{port} refused liveness connection")
-        self._interval = interval_s
-        self._on_notice = on_notice
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="elastic-heartbeat", daemon=True)
-        self._thread.start()
-        self._listener = threading.Thread(target=self._listen, name="elastic-notices", daemon=True)
-        self._listener.start()
-
-    def _listen(self) -> None:
-        """Notices pushed by the coordinator (a peer of this epoch was lost)."""
-        try:
-            while (notice := self._reader.read()) is not None:
-                if self._on_notice is not None:
-                    self._on_notice(notice)
-        except (OSError, ValueError):
-            return
-
-    def _run(self) -> None:
-        while not self._stop.wait(self._interval):
-            try:
-                send_message(self._sock, {"op": "ping"})
-            except OSError:
-                return
-
-    def close(self) -> None:
-        """Stop pinging and close the connection."""
-        self._stop.set()
-        # shutdown() first: close() alone waits for the listener's blocked recv to return.
-        with contextlib.suppress(OSError):
-            self._sock.shutdown(socket.SHUT_RDWR)
         self._sock.close()
 
 
