@@ -15,9 +15,13 @@ and never scales in a block that runs a long rank task. The provider polls in it
 at the profile's interval; Parsl's ``status()`` calls read the book and run no commands. See
 docs/provider.md.
 
-This module holds Parsl's interface, the poll and heartbeat threads and closing down; each
-stage of a poll is a part in ``harvest/`` that the provider inherits
-(:mod:`~parsl_malleable.harvest.provider_state` lists them).
+This module holds Parsl's interface, the poll and heartbeat threads and closing down. The
+provider is composed of parts, each owning its state and made here with what it needs: the
+book of slots and jobs (:class:`~.harvest.block_book.BlockBook`), what a poll works against
+(:class:`~.harvest.poll_context.PollContext`), and one part per stage of a poll:
+:class:`~.harvest.book_keeping.BookKeeper`, :class:`~.harvest.walltime.WalltimeGuard`,
+:class:`~.harvest.yield_step.Yielder`, :class:`~.harvest.cancelling.Canceller` and
+:class:`~.harvest.launching.Launcher` (docs/architecture.md draws them).
 """
 
 from __future__ import annotations
@@ -41,13 +45,15 @@ from parsl.providers.base import ExecutionProvider
 from parsl.utils import RepresentationMixin
 
 from parsl_malleable.errors import MalleableError
+from parsl_malleable.harvest.block_book import BlockBook
+from parsl_malleable.harvest.book_keeping import BookKeeper
+from parsl_malleable.harvest.cancelling import Canceller
 from parsl_malleable.harvest.demand import DemandFn
 from parsl_malleable.harvest.error_handler import backfill_error_handler
-from parsl_malleable.harvest.launching import Launching
+from parsl_malleable.harvest.launching import Launcher
 from parsl_malleable.harvest.ledger import BlockInfo, JobRecord, Phase, PollReport, Slot
 from parsl_malleable.harvest.listen_address import listen_address
-from parsl_malleable.harvest.provider_state import YieldHook
-from parsl_malleable.harvest.reconcile import match_blocks
+from parsl_malleable.harvest.poll_context import PollContext, YieldHook
 from parsl_malleable.harvest.site_profile import SiteProfile, load_profile
 from parsl_malleable.harvest.sites import (
     BlockScheduler,
@@ -55,11 +61,10 @@ from parsl_malleable.harvest.sites import (
     snapshot_signature,
 )
 from parsl_malleable.harvest.states import CancelReason
-from parsl_malleable.harvest.submission import provider_tag
 from parsl_malleable.harvest.teardown import TeardownEstimate
-from parsl_malleable.harvest.walltime import WalltimeStep
+from parsl_malleable.harvest.walltime import WalltimeGuard
 from parsl_malleable.harvest.warmup import load_planner
-from parsl_malleable.harvest.yield_step import YieldStep
+from parsl_malleable.harvest.yield_step import Yielder
 from parsl_malleable.inputs import safe_name
 from parsl_malleable.snapshot import Snapshot
 from parsl_malleable.windows.predict import WindowPredictor
@@ -72,7 +77,7 @@ _SAFE_ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 WIND_DOWN_S = 30.0
 
 
-class BackfillProvider(Launching, YieldStep, WalltimeStep, ExecutionProvider, RepresentationMixin):
+class BackfillProvider(ExecutionProvider, RepresentationMixin):
     """Parsl provider that harvests idle nodes without delaying any queued native job.
 
     ``profile``: a :class:`SiteProfile`, a profile name in ``providers/`` or a YAML path;
@@ -112,8 +117,6 @@ class BackfillProvider(Launching, YieldStep, WalltimeStep, ExecutionProvider, Re
         self._label = safe_name(label, "BackfillProvider label")
         self.env = env
         self.scheduler = scheduler or make_scheduler(self.profile, env)
-        self.demand = demand
-        self.on_yield = on_yield
         # Node idle -> first training step; the controller measures it (``min_block_s: auto``).
         self.startup_s = self.profile.startup_s
         self.predictor = predictor or WindowPredictor(model=None, samples=0)
@@ -125,36 +128,75 @@ class BackfillProvider(Launching, YieldStep, WalltimeStep, ExecutionProvider, Re
         self.nodes_per_block = self.profile.max_nodes_per_block
         self.parallelism = 1.0
         self.script_dir = script_dir
-        # Parsl's own type (ExecutionProvider.resources); the keys are our slot ids
-        self.resources: dict[object, Any] = {}
         self.cores_per_node = None
         self.mem_per_node = None
         self.autostart = autostart
         self.clock = clock
-        self._lock = threading.RLock()
+        # The parts, each with what it needs (docs/architecture.md, "The parts").
+        self.book = BlockBook(self._label)
+        self.ctx = PollContext(
+            self.profile,
+            self.scheduler,
+            clock,
+            faults=Counter(),
+            teardown=TeardownEstimate(self.profile.teardown_s),
+        )
+        self.canceller = Canceller(self.book, self.ctx)
+        self.keeper = BookKeeper(self.book, self.ctx, self.canceller, recycle)
+        self.walltime = WalltimeGuard(self.book, self.ctx, self.canceller)
+        self.yielder = Yielder(self.book, self.ctx, on_yield)
+        self.launcher = Launcher(
+            self.book,
+            self.ctx,
+            self.canceller,
+            self.keeper,
+            predictor=self.predictor,
+            min_block_s=lambda: self.min_block_s,
+            demand=demand,
+            # Read at each submit: Parsl sets script_dir when its executor starts.
+            heartbeat_file=lambda: self.heartbeat_file,
+            script_dir=lambda: self.script_dir,
+        )
+        # Parsl's own type (ExecutionProvider.resources), kept by the book: the keys are slot ids.
+        self.resources = self.book.resources
+        self._lock = self.book.lock
         self._poll_lock = threading.Lock()
-        self._slots: dict[str, Slot] = {}
-        self._jobs: dict[str, JobRecord] = {}
         self._ids = itertools.count()
-        # Every job's name is unique (tag + block + sequence): found again by name whatever
-        # the submit command printed, and told apart from another driver's blocks.
-        self._tag = provider_tag(self._label)
-        self._job_seq = itertools.count()
-        self.faults: Counter[str] = Counter()
-        self.teardown = TeardownEstimate(self.profile.teardown_s)
-        self._submit_failures = 0  # in a row
-        self._failures = 0
-        self._gave_up = ""
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._beat_thread: threading.Thread | None = None
         self.planner_load_s: float | None = None
-        self._said: set[str] = set()
-        self.polls = 0
         self.last_error = ""
         self.last_report: PollReport | None = None
         self.last_snapshot: Snapshot | None = None
+
+    # ----------------------------------------------------------- what the parts keep
+
+    @property
+    def faults(self) -> Counter[str]:
+        """Scheduler faults met and how each was handled (docs/provider.md lists them)."""
+        return self.ctx.faults
+
+    @property
+    def teardown(self) -> TeardownEstimate:
+        """How long a cancelled block takes to leave its nodes (measured)."""
+        return self.ctx.teardown
+
+    @property
+    def polls(self) -> int:
+        """Polls run so far."""
+        return self.ctx.polls.number
+
+    @property
+    def demand(self) -> DemandFn | None:
+        """What decides the nodes wanted (None: every waiting slot is filled)."""
+        return self.launcher.demand
+
+    @property
+    def on_yield(self) -> YieldHook | None:
+        """The hook given at construction for blocks that must leave."""
+        return self.yielder.on_yield
 
     # ------------------------------------------------------------------ Parsl interface
 
@@ -178,10 +220,7 @@ class BackfillProvider(Launching, YieldStep, WalltimeStep, ExecutionProvider, Re
         if not _SAFE_ID.match(block_id):
             block_id = str(n)
         slot_id = f"{self.label}.{n}"
-        slot = Slot(slot_id, block_id, command, job_name, self.clock())
-        with self._lock:
-            self._slots[slot_id] = slot
-            self.resources[slot_id] = {"job_id": slot_id, "block_id": block_id, "status": None}
+        self.book.open_slot(Slot(slot_id, block_id, command, job_name, self.clock()))
         logger.info("slot %s opened for Parsl block %s", slot_id, block_id)
         if self.autostart:
             self.start()
@@ -195,7 +234,7 @@ class BackfillProvider(Launching, YieldStep, WalltimeStep, ExecutionProvider, Re
         out = []
         with self._lock:
             for job_id in job_ids:
-                slot = self._slots.get(str(job_id))
+                slot = self.book.slots.get(str(job_id))
                 st = self._slot_status(slot) if slot else ParslStatus(ParslState.UNKNOWN)
                 if slot is not None:
                     self.resources[slot.slot_id]["status"] = st
@@ -207,32 +246,27 @@ class BackfillProvider(Launching, YieldStep, WalltimeStep, ExecutionProvider, Re
         to_cancel: list[JobRecord] = []
         with self._lock:
             for job_id in job_ids:
-                slot = self._slots.get(str(job_id))
+                slot = self.book.slots.get(str(job_id))
                 if slot is None or slot.closed:
                     continue
                 slot.closed = True
                 if slot.job is not None and slot.job.active:
                     slot.job.cancel_reason = CancelReason.PARSL
                     to_cancel.append(slot.job)
-        # A failed cancel is retried by the poll thread, with backoff (_send_due_cancels).
-        ok = self._cancel_now(to_cancel) if to_cancel else True
-        if all(s.closed for s in self._slots.values()) and not self._stop.is_set():
+        # A failed cancel is retried by the poll thread, with backoff (Canceller.send_due).
+        ok = self.canceller.cancel_now(to_cancel) if to_cancel else True
+        if all(s.closed for s in self.book.slots.values()) and not self._stop.is_set():
             # Parsl's shutdown ends here (it never calls close): leave nothing behind.
             self._wind_down(WIND_DOWN_S)
             self._stop.set()
             self._wake.set()
-        return [ok if str(j) in self._slots else False for j in job_ids]
+        return [ok if str(j) in self.book.slots else False for j in job_ids]
 
     # ---------------------------------------------------------------- controller interface
 
     def blocks(self) -> list[BlockInfo]:
         """Our live blocks: nodes, deadline and phase of every job not yet ended."""
-        with self._lock:
-            return [
-                BlockInfo.of(r)
-                for r in self._jobs.values()
-                if r.active and r.cancel_reason is not CancelReason.STRAY
-            ]
+        return self.book.live_blocks()
 
     @property
     def min_block_s(self) -> float:
@@ -244,17 +278,39 @@ class BackfillProvider(Launching, YieldStep, WalltimeStep, ExecutionProvider, Re
     def gave_up(self) -> str:
         """Why the provider stopped launching blocks (``max_consecutive_failures`` failed in a
         row); empty while it launches."""
-        return self._gave_up
+        return self.keeper.gave_up
+
+    # ------------------------------------------------ the controller link (HarvestingProvider)
+
+    def add_yield_listener(self, listener: YieldHook) -> None:
+        """Call ``listener`` (after ``on_yield``) whenever a block has to yield."""
+        self.yielder.add_listener(listener)
+
+    def use_demand(self, demand: DemandFn) -> bool:
+        """Hold what ``demand`` asks for, unless a demand was given at construction (the
+        user's wins); whether it was taken."""
+        return self.launcher.use_demand(demand)
+
+    def measured_startup(self, seconds: float) -> None:
+        """The start-up the controller measured (block submitted -> first step), which sizes
+        blocks under ``min_block_s: auto``."""
+        with self._lock:
+            self.startup_s = seconds
+
+    @property
+    def drain_margin_s(self) -> float | None:
+        """The site profile's drain margin, if it sets one."""
+        return self.profile.drain_margin_s
 
     def history(self) -> list[JobRecord]:
         """Copies of every job record, in submission order."""
         with self._lock:
-            return [replace(r) for r in self._jobs.values()]
+            return [replace(r) for r in self.book.jobs.values()]
 
     def ended_as(self, slot_id: str) -> ParslState | None:
         """How the last job of slot ``slot_id`` ended (None: it has not ended or had none)."""
         with self._lock:
-            slot = self._slots.get(str(slot_id))
+            slot = self.book.slots.get(str(slot_id))
             if slot is None or slot.job is None:
                 return None
             return slot.job.end_state
@@ -271,7 +327,7 @@ class BackfillProvider(Launching, YieldStep, WalltimeStep, ExecutionProvider, Re
     @property
     def tag(self) -> str:
         """The name prefix of this provider's jobs (``pm-block-<label>-<random>``)."""
-        return self._tag
+        return self.book.tag
 
     # ------------------------------------------------------------------------ poll thread
 
@@ -300,7 +356,7 @@ class BackfillProvider(Launching, YieldStep, WalltimeStep, ExecutionProvider, Re
     @property
     def heartbeat_file(self) -> Path:
         """The dead-man switch's file: blocks end when it is older than the profile's
-        ``heartbeat_timeout_s`` (see :mod:`parsl_malleable.harvest.launch`)."""
+        ``heartbeat_timeout_s`` (see :mod:`parsl_malleable.harvest.block_script`)."""
         return Path(self.script_dir or "backfill_scripts") / f"{self.label}.heartbeat"
 
     def beat(self) -> None:
@@ -332,7 +388,7 @@ class BackfillProvider(Launching, YieldStep, WalltimeStep, ExecutionProvider, Re
         """Stop the poll thread; with ``cancel``, close every slot, cancel its job and any
         stray job of ours, retrying failed cancels for up to ``timeout`` seconds."""
         if cancel:
-            open_slots = [s.slot_id for s in self._slots.values() if not s.closed]
+            open_slots = [s.slot_id for s in self.book.slots.values() if not s.closed]
             if open_slots:
                 self.cancel(open_slots)
             elif not self._stop.is_set():
@@ -366,14 +422,14 @@ class BackfillProvider(Launching, YieldStep, WalltimeStep, ExecutionProvider, Re
                     self._wake.clear()
                     self.poll_once()
                     next_poll = time.monotonic() + self.profile.poll_interval_s
-                    overdue_in = self._next_walltime_check_in()
+                    overdue_in = self.walltime.next_check_in()
                     if overdue_in is not None:
                         # A block's walltime end + margin falls before the next poll: the
                         # walltime step needs a snapshot taken then, not up to a poll later.
                         next_poll = min(next_poll, time.monotonic() + overdue_in)
                     next_watch = time.monotonic() + watch if watch else math.inf
-                self._send_due_cancels()
-                due = self._next_cancel_in()
+                self.canceller.send_due()
+                due = self.canceller.next_in()
             except Exception:  # nothing may end the thread: blocks would stop yielding
                 logger.exception("backfill poll failed")
                 next_poll = time.monotonic() + self.profile.poll_interval_s
@@ -399,7 +455,7 @@ class BackfillProvider(Launching, YieldStep, WalltimeStep, ExecutionProvider, Re
 
     def _has_running_blocks(self) -> bool:
         with self._lock:
-            return any(r.phase is Phase.RUNNING for r in self._jobs.values())
+            return any(r.phase is Phase.RUNNING for r in self.book.jobs.values())
 
     def poll_once(self) -> PollReport:
         """One poll: snapshot, book-keeping, blocks past their walltime, yields, withdrawals,
@@ -409,21 +465,21 @@ class BackfillProvider(Launching, YieldStep, WalltimeStep, ExecutionProvider, Re
             report = PollReport(started=self.clock())
             with self._lock:
                 idle = all(
-                    s.closed or s.final is not None for s in self._slots.values()
-                ) and not any(r.active for r in self._jobs.values())
+                    s.closed or s.final is not None for s in self.book.slots.values()
+                ) and not any(r.active for r in self.book.jobs.values())
             if idle:
                 return report  # nothing open, nothing running: no query
-            self.polls += 1
+            self.ctx.polls.tick()
             try:
                 snap = self.scheduler.snapshot()
                 self.last_snapshot = snap
-                self._reconcile(snap, report)
-                self._end_overdue(snap, report)
-                self._yield(snap, report)
-                self._send_due_cancels()
-                self._withdraw_stuck(report)
-                self.last_error = ""
-                self._launch(snap, report)  # a failed submit says so in last_error
+                self.keeper.reconcile(snap, report)
+                self.walltime.end_overdue(snap, report)
+                self.yielder.yield_blocks(snap, report)
+                self.canceller.send_due()
+                self.canceller.withdraw_stuck(report)
+                self.launcher.launch(snap, report)
+                self.last_error = self.launcher.submit_error
             except (MalleableError, OSError) as exc:
                 # A hung, failing or garbled scheduler command costs this poll, nothing more:
                 # blocks keep their state and the next poll tries again.
@@ -446,22 +502,17 @@ class BackfillProvider(Launching, YieldStep, WalltimeStep, ExecutionProvider, Re
             except MalleableError as exc:
                 logger.warning("closing: the last look for stray jobs failed: %s", exc)
             else:
-                with self._lock:
-                    active = [r for r in self._jobs.values() if r.active]
-                found = match_blocks(active, snap, self._tag)
-                with self._lock:
-                    self._apply_names(found)  # a cancel sent to a wrong id goes out again
-                self._cancel_strays(found.strays, PollReport(started=self.clock()))
+                self.keeper.sweep(snap, PollReport(started=self.clock()))
         while True:
-            self._send_due_cancels()
-            wait = self._next_cancel_in()
+            self.canceller.send_due()
+            wait = self.canceller.next_in()
             if wait is None or time.monotonic() + wait > deadline:
                 break
             time.sleep(max(0.05, wait))  # a backoff: nothing else can say the cancel works
         with self._lock:
             left = [
                 r.job_id
-                for r in self._jobs.values()
+                for r in self.book.jobs.values()
                 if r.active and (r.cancel_at is not None or r.cancel_given_up or not r.checked)
             ]
         if left:

@@ -3,8 +3,9 @@
 Site profiles (:mod:`.site_profile`), the book of slots and jobs (:mod:`.ledger`), the state
 mapping (:mod:`.states`), block planning (:mod:`.planning`), the yield decision
 (:mod:`.yielding`), ending blocks that outlive their walltime (:mod:`.walltime`), the demand
-coupling to training jobs (:mod:`.demand`), the block script (:mod:`.launch`), the scheduler of
-a profile (:mod:`.sites`) and a Parsl block error handler that knows harvested blocks end on
+coupling to training jobs (:mod:`.demand`), what the controller may ask of the provider
+(:mod:`.controller_link`), the block script (:mod:`.block_script`), the scheduler of a profile
+(:mod:`.sites`) and a Parsl block error handler that knows harvested blocks end on
 purpose (:mod:`.error_handler`). See docs/provider.md.
 
 The names below are imported on first use: several pull in Parsl, pulp and numba, which a

@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 from parsl_malleable.allocate.result import BlockRequest
 from parsl_malleable.errors import StartRefused
-from parsl_malleable.harvest.book_keeping import BookKeeping
-from parsl_malleable.harvest.demand import DemandContext
-from parsl_malleable.harvest.launch import write_block_files
+from parsl_malleable.harvest.block_book import BlockBook
+from parsl_malleable.harvest.block_script import write_block_files
+from parsl_malleable.harvest.book_keeping import BookKeeper
+from parsl_malleable.harvest.cancelling import Canceller
+from parsl_malleable.harvest.demand import DemandContext, DemandFn
 from parsl_malleable.harvest.ledger import JobRecord, PollReport, Slot
 from parsl_malleable.harvest.planning import (
     block_destination,
@@ -23,42 +26,92 @@ from parsl_malleable.harvest.planning import (
     harvest_windows,
     plan_blocks,
 )
-from parsl_malleable.harvest.provider_state import logger
+from parsl_malleable.harvest.poll_context import PollContext, logger
 from parsl_malleable.harvest.states import CancelReason
-from parsl_malleable.harvest.submission import block_name, submit_block
+from parsl_malleable.harvest.submission import submit_block
 from parsl_malleable.snapshot import NodeState, Snapshot
+from parsl_malleable.windows.predict import WindowPredictor
 
 
-class Launching(BookKeeping):
-    """Launching blocks (a part of the provider)."""
+class Launcher:
+    """Launching blocks (a part of the provider).
 
-    def _launch(self, snap: Snapshot, report: PollReport) -> None:
-        with self._lock:
-            if self._gave_up:
+    ``min_block_s`` says the shortest walltime worth a block now (the provider's, which follows
+    the measured start-up); ``demand`` the nodes wanted in all (None: fill every waiting slot;
+    :meth:`use_demand` sets one later, unless one was given); ``script_dir`` says where block
+    scripts go and ``heartbeat_file`` which file their dead-man switch watches, both read at
+    each submit (Parsl sets the provider's ``script_dir`` when its executor starts).
+    """
+
+    def __init__(
+        self,
+        book: BlockBook,
+        ctx: PollContext,
+        canceller: Canceller,
+        keeper: BookKeeper,
+        *,
+        predictor: WindowPredictor,
+        min_block_s: Callable[[], float],
+        demand: DemandFn | None,
+        heartbeat_file: Callable[[], Path],
+        script_dir: Callable[[], str | None],
+    ) -> None:
+        self._book = book
+        self._ctx = ctx
+        self._canceller = canceller
+        self._keeper = keeper
+        self._predictor = predictor
+        self._min_block_s = min_block_s
+        self._demand = demand
+        self._heartbeat_file = heartbeat_file
+        self._script_dir = script_dir
+        self._submit_failures = 0  # in a row
+        self.submit_error = ""  # the last poll's failed submit, in the scheduler's words
+
+    @property
+    def demand(self) -> DemandFn | None:
+        """What decides the nodes wanted (None: every waiting slot is filled)."""
+        return self._demand
+
+    def use_demand(self, demand: DemandFn) -> bool:
+        """Hold what ``demand`` asks for, unless a demand was given at construction (the
+        user's wins); whether it was taken."""
+        with self._book.lock:
+            if self._demand is not None:
+                return False
+            self._demand = demand
+            return True
+
+    def launch(self, snap: Snapshot, report: PollReport) -> None:
+        """Fill waiting slots with new blocks where windows open (tested first if the profile
+        says so); a failed submit is in :attr:`submit_error`."""
+        self.submit_error = ""
+        profile = self._ctx.profile
+        with self._book.lock:
+            if self._keeper.gave_up:
                 return
-            waiting = [s for s in self._slots.values() if s.waiting]
-            active = [r for r in self._jobs.values() if r.active]
+            waiting = [s for s in self._book.slots.values() if s.waiting]
+            active = [r for r in self._book.jobs.values() if r.active]
         if not waiting:
             return
         held = sum(len(r.nodes) or r.nodes_requested for r in active)
         busy = {n for r in active for n in (r.nodes or r.planned_nodes)}
-        windows = harvest_windows(
-            snap, self.profile, self.predictor, exclude=busy, min_block_s=self.min_block_s
-        )
-        cap_left = self.profile.max_nodes - held
-        if self.demand is not None:
-            ctx = DemandContext(snap, windows, self.blocks(), held, self.profile.max_nodes)
-            want = int(self.demand(ctx)) - held
+        floor = self._min_block_s()
+        windows = harvest_windows(snap, profile, self._predictor, exclude=busy, min_block_s=floor)
+        cap_left = profile.max_nodes - held
+        if self._demand is not None:
+            ctx = DemandContext(snap, windows, self._book.live_blocks(), held, profile.max_nodes)
+            want = int(self._demand(ctx)) - held
         else:
-            want = len(waiting) * self.profile.max_nodes_per_block
+            want = len(waiting) * profile.max_nodes_per_block
         want = min(want, cap_left)
         requests = plan_blocks(
-            snap, want, self.profile, self.predictor, windows=windows, min_block_s=self.min_block_s
+            snap, want, profile, self._predictor, windows=windows, min_block_s=floor
         )
         requests = requests[: len(waiting)]
         if not requests:
-            self._explain_no_window(snap, busy)
-        if self.profile.test_start:
+            self._explain_no_window(snap, busy, floor)
+        if profile.test_start:
             requests = self._tested(requests, report)
         for slot, req in zip(waiting, requests, strict=False):
             self._submit_job(slot, req.nodes, req.walltime_s, req.node_ids, req.window_s, report)
@@ -71,36 +124,39 @@ class Launching(BookKeeping):
         refused: list[str] = []
         for req in requests:
             try:
-                starts.append(self.scheduler.test_start(req.nodes, req.walltime_s, req.node_ids))
+                starts.append(
+                    self._ctx.scheduler.test_start(req.nodes, req.walltime_s, req.node_ids)
+                )
             except StartRefused as exc:
                 starts.append(math.inf)
                 refused.append(f"{req.nodes} nodes x {req.walltime_s:.0f} s: {exc.reason}")
         topic = "a block waits: the scheduler's start test says"
         for why in refused:
             report.skipped.append(why)
-            self.faults["start_refused"] += 1
+            self._ctx.faults["start_refused"] += 1
             # A WARNING: a refusal is often the site saying no to every block (a bad account,
             # partition or user), which an INFO line once hid.
-            self._say_once(topic, why, logging.WARNING)
-        latest = self.clock() + self.profile.start_tolerance_s
+            self._ctx.notes.say(topic, why, logging.WARNING)
+        latest = self._ctx.clock() + self._ctx.profile.start_tolerance_s
         for req, start in zip(requests, starts, strict=True):
             if start is not None and latest < start < math.inf:
                 late = f"{req.nodes} nodes x {req.walltime_s:.0f} s would start at {start:.0f}"
                 report.skipped.append(late)
-                self._say_once(topic, late)
+                self._ctx.notes.say(topic, late)
         return [
             r for r, start in zip(requests, starts, strict=True) if start is None or start <= latest
         ]
 
-    def _explain_no_window(self, snap: Snapshot, busy: set[str]) -> None:
+    def _explain_no_window(self, snap: Snapshot, busy: set[str], floor: float) -> None:
         """Say (once each) which reservation keeps idle nodes from holding a block, and when
         no idle node may run the blocks' partition or queue at all."""
-        horizon = snap.now + self.min_block_s + self.profile.safety_margin_s
+        profile = self._ctx.profile
+        horizon = snap.now + floor + profile.safety_margin_s
         idle = {n.name for n in snap.nodes if n.state is NodeState.IDLE} - busy
-        usable = block_nodes(snap, self.profile)
+        usable = block_nodes(snap, profile)
         if idle and usable is not None and not idle & usable:
-            where = block_destination(snap, self.profile)
-            self._say_once(
+            where = block_destination(snap, profile)
+            self._ctx.notes.say(
                 f"blocks to {where}",
                 f"{len(idle)} idle node(s), none of which {where} may use (bound to another "
                 "queue or partition, or outside its restrictions)",
@@ -108,11 +164,11 @@ class Launching(BookKeeping):
         for res in snap.reservations:
             hit = idle & set(res.nodes)
             if hit and res.start < horizon:
-                self._say_once(
+                self._ctx.notes.say(
                     f"reservation {res.name}",
                     f"takes {len(hit)} idle node(s) from {res.start:.0f} to {res.end:.0f}: "
-                    f"no block of {self.min_block_s:.0f} s + "
-                    f"{self.profile.safety_margin_s:.0f} s margin fits before it",
+                    f"no block of {floor:.0f} s + "
+                    f"{profile.safety_margin_s:.0f} s margin fits before it",
                 )
 
     def _submit_job(
@@ -124,34 +180,32 @@ class Launching(BookKeeping):
         window_s: float,
         report: PollReport,
     ) -> None:
-        directory = Path(self.script_dir or "backfill_scripts")
+        profile, scheduler = self._ctx.profile, self._ctx.scheduler
+        directory = Path(self._script_dir() or "backfill_scripts")
         script = write_block_files(
             directory,
             slot_id=slot.slot_id,
             block_id=slot.block_id,
             command=slot.command,
             walltime_s=walltime_s,
-            launcher=self.profile.launcher,
-            worker_init=self.profile.worker_init,
-            self_signal_s=(
-                None if self.scheduler.signals_before_walltime else self.profile.signal_margin_s
-            ),
-            heartbeat_file=self.heartbeat_file,
-            heartbeat_timeout_s=self.profile.heartbeat_timeout_s,
+            launcher=profile.launcher,
+            worker_init=profile.worker_init,
+            self_signal_s=None if scheduler.signals_before_walltime else profile.signal_margin_s,
+            heartbeat_file=self._heartbeat_file(),
+            heartbeat_timeout_s=profile.heartbeat_timeout_s,
         )
-        name = block_name(self._tag, slot.block_id, next(self._job_seq))
-        now = self.clock()
-        with self._lock:
-            taken = {r.job_id for r in self._jobs.values() if r.active}
+        name = self._book.next_name(slot.block_id)
+        now = self._ctx.clock()
+        taken = {r.job_id for r in self._book.active()}
         outcome = submit_block(
-            self.scheduler,
+            scheduler,
             script,
             name=name,
             nodes=nodes,
             walltime_s=walltime_s,
             node_ids=node_ids,
             taken=taken,
-            faults=self.faults,
+            faults=self._ctx.faults,
         )
         if outcome.job_id is None:
             self._submit_failed(name, outcome.error, report)
@@ -170,18 +224,15 @@ class Launching(BookKeeping):
             name=name,
             checked=not outcome.unchecked,
         )
-        with self._lock:
-            self._jobs[job_id] = rec
-            slot.job = rec
-            slot.jobs.append(job_id)
-            self.resources[slot.slot_id]["scheduler_job_id"] = job_id
+        with self._book.lock:
+            self._book.add(rec, slot)
             # Parsl may have closed the slot while this poll was submitting: do not leak it.
             orphan = slot.closed
             if orphan:
                 rec.cancel_reason = CancelReason.PARSL
         report.submitted.append(job_id)
         if orphan:
-            self._cancel_now([rec])
+            self._canceller.cancel_now([rec])
             return
         logger.info(
             "slot %s: job %s, %d nodes x %.0f s (window %.0f s)",
@@ -197,7 +248,7 @@ class Launching(BookKeeping):
         then every tenth time in a row (a broken account or partition fails every poll)."""
         self._submit_failures += 1
         report.skipped.append(f"{name}: submit failed: {error}")
-        self.last_error = error
+        self.submit_error = error
         streak = self._submit_failures
         if streak == 1 or streak % 10 == 0:
             logger.warning(
@@ -207,4 +258,4 @@ class Launching(BookKeeping):
             )
 
 
-__all__ = ["Launching"]
+__all__ = ["Launcher"]

@@ -17,8 +17,6 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
     ValidationError,
     ValidationInfo,
@@ -27,7 +25,7 @@ from pydantic import (
 )
 
 from parsl_malleable.errors import ConfigError
-from parsl_malleable.inputs import load_yaml_file
+from parsl_malleable.inputs import InputModel, load_yaml_file
 from parsl_malleable.schedulers.command_scheduler import CommandScheduler
 from parsl_malleable.schedulers.emulated.settings import EmulatedSettings
 from parsl_malleable.schedulers.pbs import PBSScheduler
@@ -53,10 +51,8 @@ AUTO_STARTUPS = 4
 DEFAULT_STARTUP_S = 30.0
 
 
-class SiteProfile(BaseModel):
+class SiteProfile(InputModel):
     """Settings of one site. Times are seconds; node counts are whole nodes."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str = "site"
     scheduler: Literal["slurm", "pbs", "emulated"] = "slurm"

@@ -21,6 +21,9 @@ class CancelReason(StrEnum):
     """Why the provider cancelled one of its own jobs."""
 
     YIELD = "yield"  # a native job needs the nodes: preemption, so TIMEOUT
+    # Its node went down or was drained (a host that vanished, an administrator): not the
+    # block's fault, so TIMEOUT, like a node failure.
+    OUT_OF_SERVICE = "out-of-service"
     PARSL = "parsl"  # Parsl scaled the block in (or shut down): CANCELLED
     NOT_STARTED = "not-started"  # still pending after start_timeout_s: CANCELLED, never ran
     STRAY = "stray"  # a job of ours no slot holds (a failed submit's, a duplicate): CANCELLED
@@ -51,10 +54,14 @@ def end_state(
     end_limit: float | None = None,
     now: float | None = None,
     seen_running: bool = False,
+    why_cancelled: str = "",
 ) -> tuple[ParslState, str]:
-    """Parsl's state for one of our jobs that ended in scheduler state ``state``, and why."""
+    """Parsl's state for one of our jobs that ended in scheduler state ``state``, and why
+    (``why_cancelled``: the provider's own words for a cancel it decided, if any)."""
     if cancel_reason is CancelReason.YIELD:
         return ParslState.TIMEOUT, "yielded to a native job"
+    if cancel_reason is CancelReason.OUT_OF_SERVICE:
+        return ParslState.TIMEOUT, f"left: {why_cancelled or 'its node is out of service'}"
     if cancel_reason is CancelReason.NOT_STARTED:
         return ParslState.CANCELLED, "cancelled: did not start at once"
     if cancel_reason is CancelReason.PARSL:

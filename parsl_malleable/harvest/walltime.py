@@ -16,9 +16,10 @@ out within the margin plus one poll's queries (plus ``poll_interval_s`` when the
 from __future__ import annotations
 
 from parsl_malleable.errors import MalleableError
-from parsl_malleable.harvest.cancelling import Cancelling
+from parsl_malleable.harvest.block_book import BlockBook
+from parsl_malleable.harvest.cancelling import Canceller
 from parsl_malleable.harvest.ledger import JobRecord, Phase, PollReport
-from parsl_malleable.harvest.provider_state import logger
+from parsl_malleable.harvest.poll_context import PollContext, logger
 from parsl_malleable.harvest.site_profile import SiteProfile
 from parsl_malleable.harvest.states import CancelReason
 from parsl_malleable.schedulers.records import JobState
@@ -52,18 +53,23 @@ def walltime_margin(profile: SiteProfile) -> float:
     return SCHEDULER_CHECK_S.get(profile.scheduler, 0.0) + WALLTIME_MARGIN_S
 
 
-class WalltimeStep(Cancelling):
+class WalltimeGuard:
     """The poll's walltime step (a part of the provider)."""
 
-    def _end_overdue(self, snap: Snapshot, report: PollReport) -> None:
+    def __init__(self, book: BlockBook, ctx: PollContext, canceller: Canceller) -> None:
+        self._book = book
+        self._ctx = ctx
+        self._canceller = canceller
+
+    def end_overdue(self, snap: Snapshot, report: PollReport) -> None:
         """Cancel the blocks ``snap`` shows running :func:`walltime_margin` past their walltime
         end, after the scheduler confirms each still runs (a PBS job exiting at its limit is
         listed too, and is the scheduler's to end)."""
-        now = self.clock()
-        margin = walltime_margin(self.profile)
+        now = self._ctx.clock()
+        margin = walltime_margin(self._ctx.profile)
         listed = {j.job_id: j for j in snap.running}
-        with self._lock:
-            for rec in self._jobs.values():
+        with self._book.lock:
+            for rec in self._book.jobs.values():
                 job = listed.get(rec.job_id)
                 if job is not None and rec.phase in (Phase.RUNNING, Phase.YIELDING):
                     # An adapter that read no start puts the snapshot's own time there (PBS
@@ -71,7 +77,7 @@ class WalltimeStep(Cancelling):
                     _track(rec, snap.now, None if job.start == snap.now else job.start)
             overdue = [
                 r
-                for r in self._jobs.values()
+                for r in self._book.jobs.values()
                 if r.phase is Phase.RUNNING
                 and r.cancel_reason is None
                 and r.job_id in listed
@@ -81,10 +87,10 @@ class WalltimeStep(Cancelling):
         overdue = self._still_running(overdue)
         if not overdue:
             return
-        with self._lock:
+        with self._book.lock:
             for rec in overdue:
                 rec.cancel_reason = CancelReason.WALLTIME
-        self.faults["walltime_cancelled"] += len(overdue)
+        self._ctx.faults["walltime_cancelled"] += len(overdue)
         for rec in overdue:
             report.overdue.append(rec.job_id)
             end = rec.walltime_end or now
@@ -97,7 +103,7 @@ class WalltimeStep(Cancelling):
                 end - rec.walltime_s,
                 margin,
             )
-        self._cancel_now(overdue)
+        self._canceller.cancel_now(overdue)
 
     def _still_running(self, records: list[JobRecord]) -> list[JobRecord]:
         """The records the scheduler says are RUNNING (a completing or suspended job is the
@@ -108,7 +114,7 @@ class WalltimeStep(Cancelling):
         if not checked:
             return records
         try:
-            states = self.scheduler.status(checked)
+            states = self._ctx.scheduler.status(checked)
         except MalleableError as exc:
             logger.info("status of overdue blocks %s: %s", ", ".join(checked), exc)
             return records
@@ -118,15 +124,15 @@ class WalltimeStep(Cancelling):
             if not r.checked or r.job_id not in states or states[r.job_id].state is JobState.RUNNING
         ]
 
-    def _next_walltime_check_in(self) -> float | None:
+    def next_check_in(self) -> float | None:
         """Seconds until the next running block is :func:`walltime_margin` past its walltime
         end (None: none is ahead); the poll thread polls then."""
-        now = self.clock()
-        margin = walltime_margin(self.profile)
-        with self._lock:
+        now = self._ctx.clock()
+        margin = walltime_margin(self._ctx.profile)
+        with self._book.lock:
             ahead = [
                 r.walltime_end + margin - now
-                for r in self._jobs.values()
+                for r in self._book.jobs.values()
                 if r.phase is Phase.RUNNING
                 and r.cancel_reason is None
                 and r.walltime_end is not None
@@ -144,4 +150,4 @@ def _track(rec: JobRecord, seen: float, start: float | None) -> None:
     rec.walltime_end = (start if start is not None else rec.seen_running_at) + rec.walltime_s
 
 
-__all__ = ["SCHEDULER_CHECK_S", "WALLTIME_MARGIN_S", "WalltimeStep", "walltime_margin"]
+__all__ = ["SCHEDULER_CHECK_S", "WALLTIME_MARGIN_S", "WalltimeGuard", "walltime_margin"]

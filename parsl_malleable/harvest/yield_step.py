@@ -10,9 +10,9 @@ from __future__ import annotations
 import math
 
 from parsl_malleable.errors import MalleableError
-from parsl_malleable.harvest.cancelling import Cancelling
+from parsl_malleable.harvest.block_book import BlockBook
 from parsl_malleable.harvest.ledger import BlockInfo, Phase, PollReport
-from parsl_malleable.harvest.provider_state import logger
+from parsl_malleable.harvest.poll_context import PollContext, YieldHook, logger
 from parsl_malleable.harvest.states import CancelReason
 from parsl_malleable.harvest.walltime import walltime_margin
 from parsl_malleable.harvest.yielding import (
@@ -25,15 +25,31 @@ from parsl_malleable.harvest.yielding import (
 from parsl_malleable.snapshot import Snapshot
 
 
-class YieldStep(Cancelling):
-    """The poll's yield step (a part of the provider)."""
+class Yielder:
+    """The poll's yield step (a part of the provider). ``on_yield`` and the listeners added
+    later (:meth:`add_listener`, the controller's) hear of each block that must leave, before
+    its cancel; the cancel itself goes out when its grace has passed
+    (:meth:`~.cancelling.Canceller.send_due`)."""
 
-    def _yield(self, snap: Snapshot, report: PollReport) -> None:
-        with self._lock:
+    def __init__(self, book: BlockBook, ctx: PollContext, on_yield: YieldHook | None) -> None:
+        self._book = book
+        self._ctx = ctx
+        self.on_yield = on_yield
+        self._listeners: list[YieldHook] = []
+
+    def add_listener(self, listener: YieldHook) -> None:
+        """Call ``listener`` (after ``on_yield``) whenever a block has to yield."""
+        with self._book.lock:
+            self._listeners.append(listener)
+
+    def yield_blocks(self, snap: Snapshot, report: PollReport) -> None:
+        """Mark the blocks that must leave, tell the hooks, and signal them (USR1)."""
+        profile = self._ctx.profile
+        with self._book.lock:
             # A block already being cancelled (walltime, Parsl) keeps its reason.
             live = {
                 r.job_id: r
-                for r in self._jobs.values()
+                for r in self._book.jobs.values()
                 if r.phase is Phase.RUNNING and r.cancel_reason is None
             }
         in_snapshot = {j.job_id for j in snap.running}
@@ -46,30 +62,30 @@ class YieldStep(Cancelling):
             job_id: f"its node is out of service ({why})"
             for job_id, why in blocks_on_unavailable_nodes(snap, set(live)).items()
         }
+        out_of_service = set(reasons)
         # In preemption mode Slurm takes a block back for a native job itself, and chooses
         # which. A yield of ours for a queued native job guessed the block from a plan that
         # does not know the job's node constraints, and cancelled a block Slurm then did not
         # need (measured by benchmarks/bench_block_start.py): the ranks get Slurm's SIGTERM as
         # their notice instead. A reservation is still ours to yield to, within the next poll.
-        preempting = self.profile.preemption != "none"
+        preempting = profile.preemption != "none"
         soon = (
-            snap.now + self.profile.poll_interval_s + self.profile.yield_grace_s
-            if preempting
-            else math.inf
+            snap.now + profile.poll_interval_s + profile.yield_grace_s if preempting else math.inf
         )
         # A yield takes the next poll (this one's plan may come true before it), the grace
         # and the teardown: a queued job planned on a block's nodes within that must not find
         # the block still there, even one planned to end before it (its end can be late).
-        teardown = self.teardown.seconds
-        lead = self.profile.poll_interval_s + self.profile.yield_grace_s + teardown
-        overrun = walltime_margin(self.profile) + teardown
+        teardown = self._ctx.teardown.seconds
+        lead = profile.poll_interval_s + profile.yield_grace_s + teardown
+        overrun = walltime_margin(profile) + teardown
         first = first_native_use(snap, deadlines) if deadlines else {}
-        with self._lock:
+        poll = self._ctx.polls.number
+        with self._book.lock:
             # Kept per block: a native that takes the block's nodes before the next poll is
             # judged against this plan (harvest/book_keeping.py, _judge_reclaim).
             for job_id, rec in live.items():
                 rec.planned_use = first.get(job_id, math.inf)
-                rec.planned_poll = self.polls
+                rec.planned_poll = poll
                 rec.planned_at = snap.now
         in_the_way = blocks_in_the_way(snap, deadlines, lead_s=lead, overrun_s=overrun, first=first)
         for job_id, when in in_the_way.items():
@@ -94,31 +110,36 @@ class YieldStep(Cancelling):
                     f"and its own end at {deadlines[job_id]:.0f} may come up to "
                     f"{overrun:.0f} s late"
                 )
-                self.faults["yields_ahead"] += 1
+                self._ctx.faults["yields_ahead"] += 1
         if not reasons:
             return
-        now = self.clock()
+        now = self._ctx.clock()
         victims = [live[j] for j in reasons]
-        with self._lock:
+        with self._book.lock:
             for rec in victims:
                 rec.phase = Phase.YIELDING
-                rec.cancel_reason = CancelReason.YIELD
-                rec.cancel_at = now + self.profile.yield_grace_s
-                rec.yield_poll = self.polls
+                rec.cancel_reason = (
+                    CancelReason.OUT_OF_SERVICE
+                    if rec.job_id in out_of_service
+                    else CancelReason.YIELD
+                )
+                rec.cancel_at = now + profile.yield_grace_s
+                rec.yield_poll = poll
                 rec.yield_reason = reasons[rec.job_id]
                 report.yielded.append(rec.job_id)
         for rec in victims:
             logger.info("block job %s yields: %s", rec.job_id, rec.yield_reason)
-            if self.on_yield is not None:
+            hooks = [self.on_yield] if self.on_yield is not None else []
+            for hook in [*hooks, *self._listeners]:
                 try:
-                    self.on_yield(BlockInfo.of(rec))
+                    hook(BlockInfo.of(rec))
                 except Exception:  # the controller's trouble must not keep the nodes
                     logger.exception("on_yield hook failed for block %s", rec.block_id)
-        if self.profile.yield_grace_s > 0:
+        if profile.yield_grace_s > 0:
             try:
-                self.scheduler.signal_batch([r.job_id for r in victims], "USR1")
+                self._ctx.scheduler.signal_batch([r.job_id for r in victims], "USR1")
             except MalleableError as exc:
                 logger.info("USR1 to yielding blocks: %s", exc)
 
 
-__all__ = ["YieldStep"]
+__all__ = ["Yielder"]

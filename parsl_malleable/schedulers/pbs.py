@@ -353,7 +353,7 @@ class PBSScheduler(CommandScheduler):
     #: the script, the worker pools, the ranks), and USR1 ends a process that does not catch
     #: it: the login shell dies and the MoM kills the rest. SIGURG is ignored by default by
     #: every process that does not ask for it (POSIX), and the block script traps it as its
-    #: USR1 (harvest/launch.py), so the job lives on and only the script hears the notice.
+    #: USR1 (harvest/block_script.py), so the job lives on and only the script hears the notice.
     BATCH_SIGNALS: ClassVar[dict[str, str]] = {"USR1": "URG"}
 
     def __init__(

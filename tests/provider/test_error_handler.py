@@ -23,7 +23,7 @@ def _executor_with_ended_blocks(ends: list[JobState], folder: Path) -> HighThrou
         slot_id = provider.submit("true", 1, f"parsl.htex.block-{i}")
         rec = JobRecord(str(100 + i), slot_id, str(i), 1, 60, ("n1",), 0.0, 0.0)
         rec.phase, rec.end_state = Phase.ENDED, end
-        provider._slots[slot_id].job = rec  # the book as a poll would leave it
+        provider.book.slots[slot_id].job = rec  # the book as a poll would leave it
         htex.blocks_to_job_id[str(i)] = slot_id
     return htex
 

@@ -184,8 +184,10 @@ def test_a_pbs_yield_warns_the_block_script_and_its_qdel_ends_it_cancelled(
         provider.close()
         pbs.kill_everything()
     (record,) = provider.history()
-    assert record.cancel_reason is CancelReason.YIELD and record.end_state is P.TIMEOUT
-    assert record.message == f"job {record.job_id}: yielded to a native job (CANCELLED)"
+    # Its node taken out of service, not a native job: it left, and says why.
+    assert record.cancel_reason is CancelReason.OUT_OF_SERVICE and record.end_state is P.TIMEOUT
+    assert record.message.startswith(f"job {record.job_id}: left: its node is out of service (")
+    assert record.message.endswith("(CANCELLED)"), record.message
     calls = pbs.calls()
     signals = [c for c in calls if c.startswith("qsig")]
     assert signals == [f"qsig -s URG {block.job_id}"]

@@ -108,8 +108,10 @@ def test_ranks_on_a_yielding_pbs_block_leave_at_a_commit_and_it_ends_cancelled(
         pbs.kill_everything()
 
     (record,) = [r for r in provider.history() if r.job_id == block.job_id]
-    assert record.cancel_reason is CancelReason.YIELD and record.end_state is P.TIMEOUT
-    assert record.message == f"job {block.job_id}: yielded to a native job (CANCELLED)"
+    # Its node taken out of service, not a native job: it left, and says why.
+    assert record.cancel_reason is CancelReason.OUT_OF_SERVICE and record.end_state is P.TIMEOUT
+    assert record.message.startswith(f"job {block.job_id}: left: its node is out of service (")
+    assert record.message.endswith("(CANCELLED)"), record.message
     calls = pbs.calls()
     assert f"qsig -s URG {block.job_id}" in calls
     assert calls.index(f"qsig -s URG {block.job_id}") < calls.index(f"qdel {block.job_id}")

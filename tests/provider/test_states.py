@@ -31,6 +31,12 @@ def test_our_cancels_say_why() -> None:
         P.TIMEOUT,
         "yielded to a native job",
     )
+    # A block whose node went down or was drained left it: not a native job's doing.
+    assert end_state(
+        S.CANCELLED,
+        cancel_reason=CancelReason.OUT_OF_SERVICE,
+        why_cancelled="its node is out of service (n3 down)",
+    ) == (P.TIMEOUT, "left: its node is out of service (n3 down)")
     assert end_state(S.CANCELLED, cancel_reason=CancelReason.PARSL)[0] is P.CANCELLED
     assert end_state(S.UNKNOWN, cancel_reason=CancelReason.NOT_STARTED)[0] is P.CANCELLED
 

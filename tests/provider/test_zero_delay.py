@@ -137,6 +137,7 @@ def test_a_block_on_a_drained_node_yields_within_one_poll(
         assert block.job_id in report.yielded, report
         record = next(r for r in provider.history() if r.job_id == block.job_id)
         assert "out of service" in record.yield_reason and node in record.yield_reason
+        assert record.cancel_reason is CancelReason.OUT_OF_SERVICE  # not a native job's yield
     finally:
         run_slurm(natives.cluster, "scontrol", "update", f"NodeName={node}", "State=RESUME")
 

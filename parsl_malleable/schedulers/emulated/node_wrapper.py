@@ -5,7 +5,7 @@ process group) of its own. It runs ARGV (the block's batch script) as its child 
 and stays beside it to do what a node's daemon would:
 
 * signals sent to the wrapper (USR1 for a yield or the walltime warning) are passed on to the
-  batch shell only: the worker pools in the group must not see USR1 (harvest/launch.py);
+  batch shell only: the worker pools in the group must not see USR1 (harvest/block_script.py);
 * when the driver process that owns the site dies, even by SIGKILL, the whole group ends:
   the read end FD of the site's lifeline pipe hits end-of-file (the driver held the only write
   end), and as a second sign the wrapper's parent changes (a child the driver forked could keep

@@ -9,16 +9,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
+
+from parsl_malleable.inputs import InputModel
 
 SYNTHETIC = "synthetic"
 
 
-class EmulatedSettings(BaseModel):
+class EmulatedSettings(InputModel):
     """What the emulated site replays and how fast. Times ending in ``_s`` are wall seconds
     unless named trace seconds."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     nodes: int = Field(6, ge=1, le=4096, description="virtual nodes")
     trace: str = Field(

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from parsl_malleable.harvest.launch import write_block_files
+from parsl_malleable.harvest.block_script import write_block_files
+from parsl_malleable.watchdog import group_members
 
 from .conftest import wait_for
 from .fake_pbs import kill_session
@@ -129,6 +130,40 @@ def test_the_watchdog_ends_a_block_whose_driver_stopped_beating(tmp_path: Path) 
     assert time.monotonic() - began < 30
     said = log.read_text()
     assert "heartbeat" in said and "the block ends" in said
+
+
+def test_a_nodes_workers_end_with_the_heartbeat_even_when_the_batch_script_is_gone(
+    tmp_path: Path,
+) -> None:
+    """Slurm, finding a node back that it had marked down, killed a block's batch step there
+    but left its job step (the workers) running: the dead-man switch must be on the node."""
+    beat = tmp_path / "driver.heartbeat"
+    beat.touch()
+    started = tmp_path / "started"
+    script = write_block_files(
+        tmp_path, slot_id="s", block_id="1", command=f"touch {started}; exec sleep 600",
+        walltime_s=900, launcher="none", heartbeat_file=beat, heartbeat_timeout_s=2,
+    )  # fmt: skip
+    batch = subprocess.Popen(
+        ["bash", str(script)], start_new_session=True, stderr=subprocess.PIPE,
+        env={**os.environ, "SLURM_JOB_ID": "9"},
+    )  # fmt: skip
+    try:
+        assert _appears(started, batch)
+        batch.kill()  # the batch shell alone, as slurmd ends a batch step
+        batch.wait(timeout=30)
+        assert group_members(batch.pid), "the node script and its worker outlive the batch shell"
+        _beat_at(beat, 60)  # the driver is gone
+        # One watchdog period (5 s), the TERM and its 2 s wait.
+        assert wait_for(lambda: not group_members(batch.pid), 30, step_s=0.2), group_members(
+            batch.pid
+        )
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(batch.pid, signal.SIGKILL)
+        assert batch.stderr is not None
+        said = batch.stderr.read().decode()
+    assert "heartbeat" in said and "the block ends" in said, said
 
 
 def test_a_beating_driver_keeps_its_block(tmp_path: Path) -> None:

@@ -18,11 +18,12 @@ only this script hears it. A SIGTERM to the batch shell (Slurm's notice to a pre
 or a cancel) is waited through the same way: the workers get it too, and the job ends when
 they do or when the scheduler kills them (PBS: at once, when its login shell dies of it).
 
-The dead-man switch: with ``heartbeat_file``, a watchdog beside the workers checks the file's
-modification time every few seconds; the driver's provider touches it while it lives. When it is
-older than ``heartbeat_timeout_s`` (driver killed, its host or the shared file system lost), the
-watchdog stops the workers and the script exits, so the block ends by itself even when nothing
-is left to cancel it (Parsl's interchange can outlive a killed driver and keep its workers busy).
+The dead-man switch: with ``heartbeat_file``, a watchdog beside the workers on every node
+checks the file's modification time every few seconds; the driver's provider touches it while
+it lives. When it is older than ``heartbeat_timeout_s`` (driver killed or done, its host or the
+shared file system lost), the watchdog ends its node's processes, so the block ends by itself
+even when nothing is left to cancel it (Parsl's interchange can outlive a killed driver and keep
+its workers busy), and even when its batch script is gone (:data:`NODE_SCRIPT`).
 """
 
 from __future__ import annotations
@@ -40,16 +41,36 @@ export PM_BLOCK_DEADLINE=$(( $(date +%s) + {walltime} ))
 export PM_BLOCK_SIGNAL_FILE={signal_dir_q}/usr1-${{SLURM_JOB_ID:-${{PBS_JOBID:-$$}}}}
 trap ': > "$PM_BLOCK_SIGNAL_FILE"' USR1 URG
 trap ': > "$PM_BLOCK_SIGNAL_FILE.term"' TERM
-{launch} /bin/bash {command_q} &
+{launch} /bin/bash {node_q} &
 child=$!
-{self_signal}{watchdog}# wait returns early on a signal: wait on until the workers are done.
+{self_signal}# wait returns early on a signal: wait on until the workers are done.
 while :; do
     wait "$child"
     status=$?
     kill -0 "$child" 2>/dev/null || break
 done
 [ -n "${{timer:-}}" ] && kill "$timer" 2>/dev/null
-[ -n "${{watchdog:-}}" ] && kill "$watchdog" 2>/dev/null
+exit "$status"
+"""
+
+# What runs on each node (srun starts one copy per node, each its own process group): Parsl's
+# command and, with a heartbeat file, the node's own dead-man switch. It sits on the node, not
+# in the batch script, because the batch script can die while the workers live on: Slurm kills
+# only the batch step of a job it ended while a node was unreachable, once the node is back,
+# and leaves the node's job step running (seen on the test cluster of real hosts).
+NODE_SCRIPT = """#!/bin/bash
+# parsl-malleable: block {block_id} (slot {slot_id}) on one node; generated, do not edit.
+# A SIGTERM (a cancel, a preemption's notice) reaches the workers too: wait for them.
+trap : TERM
+/bin/bash {command_q} &
+worker=$!
+{watchdog}while :; do
+    wait "$worker"
+    status=$?
+    kill -0 "$worker" 2>/dev/null || break
+done
+# The watchdog and its sleep, at once: a step lasts while any of its processes does.
+[ -n "${{watchdog:-}}" ] && {{ pkill -KILL -P "$watchdog"; kill -KILL "$watchdog"; }} 2>/dev/null
 exit "$status"
 """
 
@@ -84,7 +105,8 @@ def write_block_files(
     heartbeat_file: Path | None = None,
     heartbeat_timeout_s: float = 30.0,
 ) -> Path:
-    """Write ``<slot>.command`` (Parsl's command) and ``<slot>.sh`` (the batch script) into
+    """Write ``<slot>.command`` (Parsl's command), ``<slot>.node`` (what runs on each node:
+    the command and the dead-man switch) and ``<slot>-<walltime>.sh`` (the batch script) into
     ``directory`` and return the script's path. The files are reused by every job of the slot.
 
     ``self_signal_s``: the script sends itself USR1 that long before its walltime, for
@@ -97,6 +119,15 @@ def write_block_files(
     directory.mkdir(parents=True, exist_ok=True)
     command_file = directory / f"{slot_id}.command"
     command_file.write_text(command.rstrip("\n") + "\n")
+    node_file = directory / f"{slot_id}.node"
+    node_file.write_text(
+        NODE_SCRIPT.format(
+            block_id=block_id,
+            slot_id=slot_id,
+            command_q=shlex.quote(str(command_file.resolve())),
+            watchdog=_watchdog(heartbeat_file, heartbeat_timeout_s),
+        )
+    )
     script = directory / f"{slot_id}-{int(walltime_s)}.sh"
     script.write_text(
         SCRIPT.format(
@@ -107,9 +138,8 @@ def write_block_files(
             walltime=int(walltime_s),
             signal_dir_q=shlex.quote(str(directory.resolve())),
             launch=LAUNCHERS[launcher],
-            command_q=shlex.quote(str(command_file.resolve())),
+            node_q=shlex.quote(str(node_file.resolve())),
             self_signal=_self_signal(walltime_s, self_signal_s),
-            watchdog=_watchdog(heartbeat_file, heartbeat_timeout_s),
         )
     )
     script.chmod(0o700)
@@ -130,20 +160,23 @@ def _watchdog(heartbeat_file: Path | None, timeout_s: float) -> str:
         return ""
     beat = shlex.quote(str(heartbeat_file.resolve()))
     timeout = max(1, int(timeout_s))
-    # TERM first so that ranks can leave; the worker command's children too (pkill, where
-    # procps is installed), since a bash running the command does not pass TERM on. The
-    # script's exit then ends the job, and the scheduler removes whatever is left of it.
+    # TERM to this node's whole process group first (the watchdog itself ignoring it only
+    # then: a scancel's TERM must end it at once), so that ranks can leave (the node script
+    # waits through it), then KILL: the worker command, Parsl's pool, its workers and
+    # ranks, the node script and this watchdog. The job then ends, and the scheduler removes
+    # whatever is left of it.
     return (
         "(\n"
         f"    while sleep {WATCHDOG_PERIOD_S}; do\n"
+        '        kill -0 "$worker" 2>/dev/null || exit 0\n'
         f"        beat=$(stat -c %Y {beat} 2>/dev/null || echo 0)\n"
         f"        if [ $(( $(date +%s) - beat )) -gt {timeout} ]; then\n"
         f"            echo \"parsl-malleable: the driver's heartbeat {beat} is older than "
         f'{timeout} s: the block ends" >&2\n'
-        '            pkill -TERM -P "$child" 2>/dev/null; kill -TERM "$child" 2>/dev/null\n'
+        "            trap '' TERM\n"
+        "            kill -TERM 0 2>/dev/null\n"
         "            sleep 2\n"
-        '            pkill -KILL -P "$child" 2>/dev/null; kill -KILL "$child" 2>/dev/null\n'
-        "            exit 0\n"
+        "            kill -KILL 0\n"
         "        fi\n"
         "    done\n"
         ") &\n"
@@ -151,4 +184,4 @@ def _watchdog(heartbeat_file: Path | None, timeout_s: float) -> str:
     )
 
 
-__all__ = ["LAUNCHERS", "WATCHDOG_PERIOD_S", "write_block_files"]
+__all__ = ["LAUNCHERS", "NODE_SCRIPT", "WATCHDOG_PERIOD_S", "write_block_files"]
