@@ -83,6 +83,11 @@ def run_case(spec: dict) -> None:
             max_horizon_s=T_FWD if spec["model"] == "count" else 3600.0,
             shrink_pauses=spec["model"] != "horizon-nopause",
             gap_rel=1e-4,
+            # FreeTrain's objective and pause model, and the solver's own thread count, as
+            # in every run recorded in docs/benchmarks.md.
+            objective="throughput",
+            pause_rate="before",
+            threads=None,
         )
         out.update(
             build_s=alloc.build_s,

@@ -137,6 +137,7 @@ def allocator_alone(core: ControllerCore, now: float) -> tuple[float, float]:
         time_limit=60.0,
         gap_rel=policy.gap_rel,
         threads=policy.threads,
+        pause_rate=policy.pause_rate,
     )
     return time.perf_counter() - began, result.objective
 

@@ -19,8 +19,9 @@ from parsl_malleable.allocate.horizon import HorizonClasses, classify
 from parsl_malleable.allocate.objectives import check_objective
 from parsl_malleable.allocate.options import AllocateOptions, check_node_count
 from parsl_malleable.allocate.result import Allocation
+from parsl_malleable.allocate.settings import SOLVE_DEFAULTS, PauseRate
 from parsl_malleable.allocate.solve import check_solver, solve_problem, start_violation
-from parsl_malleable.allocate.spec import NodeWindow, PauseRate, TrainingJob
+from parsl_malleable.allocate.spec import NodeWindow, TrainingJob
 from parsl_malleable.inputs import validated
 
 log = logging.getLogger(__name__)
@@ -109,21 +110,21 @@ def allocate(
     free_nodes: Sequence[str],
     windows: Iterable[NodeWindow] = (),
     *,
-    objective: str = "throughput",
-    solver: str | pulp.LpSolver = "highs",
-    time_limit: float = 10.0,
+    objective: str = SOLVE_DEFAULTS.objective,
+    solver: str | pulp.LpSolver = SOLVE_DEFAULTS.solver,
+    time_limit: float = SOLVE_DEFAULTS.time_limit_s,
     node_cap: int | None = None,
-    default_window_s: float = 3600.0,
-    max_horizon_s: float = 3600.0,
-    max_classes: int = 4,
-    gap_rel: float = 1e-4,
-    charge_start: bool = True,
+    default_window_s: float = SOLVE_DEFAULTS.default_window_s,
+    max_horizon_s: float = SOLVE_DEFAULTS.max_horizon_s,
+    max_classes: int = SOLVE_DEFAULTS.max_classes,
+    gap_rel: float = SOLVE_DEFAULTS.gap_rel,
+    charge_start: bool = SOLVE_DEFAULTS.charge_start,
     shrink_pauses: bool = True,
-    pause_rate: PauseRate = "before",
+    pause_rate: PauseRate = SOLVE_DEFAULTS.pause_rate,
     warm_start: bool = True,
     fallback: bool = True,
-    threads: int | None = None,
-    mip_node_limit: int | None = None,
+    threads: int | None = SOLVE_DEFAULTS.threads,
+    mip_node_limit: int | None = SOLVE_DEFAULTS.mip_node_limit,
 ) -> Allocation:
     """Nodes per training job for the next horizon.
 

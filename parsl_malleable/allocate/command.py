@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import cast
 
 import click
 from rich.console import Console
 from rich.table import Table
 
+from parsl_malleable.allocate.settings import SOLVE_DEFAULTS, PauseRate
 from parsl_malleable.errors import MalleableError
 from parsl_malleable.inputs import FiniteFloat
 
@@ -39,10 +41,31 @@ MAX_NODES = 1_000_000
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     help="node,idle_start,idle_end CSV: draw each node's remaining window from it.",
 )
-@click.option("--objective", type=click.Choice(OBJECTIVE_NAMES), default="throughput")
-@click.option("--solver", type=click.Choice(["highs", "cbc", "greedy", "equal"]), default="highs")
 @click.option(
-    "--time-limit", type=FiniteFloat(gt=0), default=10.0, show_default=True, help="Seconds."
+    "--objective",
+    type=click.Choice(OBJECTIVE_NAMES),
+    default=SOLVE_DEFAULTS.objective,
+    show_default=True,
+)
+@click.option(
+    "--pause-rate",
+    type=click.Choice(["after", "before"]),
+    default=SOLVE_DEFAULTS.pause_rate,
+    show_default=True,
+    help="Charge a rescale's pause at the rate after it (the runtime) or before it (FreeTrain).",
+)
+@click.option(
+    "--solver",
+    type=click.Choice(["highs", "cbc", "greedy", "equal"]),
+    default=SOLVE_DEFAULTS.solver,
+    show_default=True,
+)
+@click.option(
+    "--time-limit",
+    type=FiniteFloat(gt=0),
+    default=SOLVE_DEFAULTS.time_limit_s,
+    show_default=True,
+    help="Seconds (a live decision's budget; give more for a one-off solve).",
 )
 @click.option(
     "--mip-node-limit",
@@ -60,6 +83,7 @@ def allocate(
     n_nodes: int,
     idle_intervals: Path | None,
     objective: str,
+    pause_rate: str,
     solver: str,
     time_limit: float,
     mip_node_limit: int | None,
@@ -91,6 +115,7 @@ def allocate(
             instance.free_nodes,
             instance.windows,
             objective=objective,
+            pause_rate=cast(PauseRate, pause_rate),
             solver=solver,
             time_limit=time_limit,
             mip_node_limit=mip_node_limit,

@@ -22,7 +22,8 @@ from parsl_malleable.allocate.piecewise import (
     add_piecewise_rate,
     concave_envelope,
 )
-from parsl_malleable.allocate.spec import PauseRate, TrainingJob
+from parsl_malleable.allocate.settings import PauseRate
+from parsl_malleable.allocate.spec import TrainingJob
 
 
 @dataclass

@@ -11,7 +11,8 @@ from collections.abc import Mapping, Sequence
 from parsl_malleable.allocate.horizon import HorizonClasses
 from parsl_malleable.allocate.objectives import combine, job_scale
 from parsl_malleable.allocate.piecewise import best_envelope_rate
-from parsl_malleable.allocate.spec import PauseRate, TrainingJob
+from parsl_malleable.allocate.settings import PauseRate
+from parsl_malleable.allocate.spec import TrainingJob
 
 
 def _best_rate(job: TrainingJob, left: int, coefficient: float) -> float:

@@ -18,7 +18,8 @@ from collections.abc import Callable, Sequence
 
 from parsl_malleable.allocate.evaluate import job_score
 from parsl_malleable.allocate.horizon import HorizonClasses
-from parsl_malleable.allocate.spec import PauseRate, TrainingJob
+from parsl_malleable.allocate.settings import PauseRate
+from parsl_malleable.allocate.spec import TrainingJob
 
 Score = Callable[[TrainingJob, list[int]], float]
 

@@ -7,9 +7,10 @@ pydantic model below refuses all of these before any work starts.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, StrictStr
+from pydantic import Field, StrictStr
 
 from parsl_malleable.allocate.errors import AllocationInputError
+from parsl_malleable.inputs import InputModel
 
 # Nodes (free and held) one allocation may cover: ten times the largest machines (about 10^5
 # nodes). Asked for 10^8 by mistake, the command grew past 3.5 GB building node names and
@@ -17,10 +18,8 @@ from parsl_malleable.allocate.errors import AllocationInputError
 MAX_NODES = 1_000_000
 
 
-class AllocateOptions(BaseModel):
+class AllocateOptions(InputModel):
     """Checked numeric options and the free node ids of one allocation."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=False)
 
     free_nodes: tuple[StrictStr, ...] = Field(max_length=MAX_NODES)
     time_limit: float = Field(gt=0, description="solver seconds")

@@ -84,21 +84,21 @@ def _swallow_highs_banner() -> None:
             os.close(saved)
 
 
-# HiGHS keeps one thread pool per process, sized by the first solve: a later solve asking for
-# another thread count fails at once ("Not Solved"). The count it was built for is kept here
-# and the pool rebuilt when a solve asks for another.
-_pool_lock = threading.Lock()
-_pool_threads: object = "unset"
+# HiGHS keeps one thread pool per calling thread (its executor handle is thread-local), sized
+# by that thread's first solve: a later solve on the same thread asking for another thread
+# count fails at once ("Not Solved"), and a reset on one thread does not touch another's. The
+# count each thread's pool was built for is kept beside it and the pool rebuilt when a solve on
+# that thread asks for another.
+_pool = threading.local()
 
 
 def _match_thread_pool(threads: int | None) -> None:
-    global _pool_threads
-    with _pool_lock:
-        if _pool_threads != "unset" and _pool_threads != threads:
-            import highspy
+    built_for = getattr(_pool, "threads", "unset")
+    if built_for != "unset" and built_for != threads:
+        import highspy
 
-            highspy.Highs.resetGlobalScheduler(True)
-        _pool_threads = threads
+        highspy.Highs.resetGlobalScheduler(True)
+    _pool.threads = threads
 
 
 class _StartedHiGHS(pulp.HiGHS):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated
 
 from pydantic import Field, StrictStr
 
@@ -10,7 +10,6 @@ from parsl_malleable.allocate.curve import ScalingCurve
 from parsl_malleable.allocate.errors import AllocationInputError
 from parsl_malleable.inputs import Number, WholeCount, boundary
 
-PauseRate = Literal["before", "after"]
 """At which rate a rescale's pause is lost: the job's rate before it (FreeTrain's model) or
 after it (every rank pauses, the joining ones too: what the elastic runtime does)."""
 

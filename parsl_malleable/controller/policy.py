@@ -24,8 +24,9 @@ from pydantic import Field, StrictBool
 from parsl_malleable.allocate.api import allocate
 from parsl_malleable.allocate.curve import ScalingCurve
 from parsl_malleable.allocate.objectives import check_objective
+from parsl_malleable.allocate.settings import SOLVE_DEFAULTS, PauseRate
 from parsl_malleable.allocate.solve import check_solver
-from parsl_malleable.allocate.spec import NodeWindow, PauseRate, TrainingJob
+from parsl_malleable.allocate.spec import NodeWindow, TrainingJob
 from parsl_malleable.controller.admission import admit
 from parsl_malleable.controller.model import Decision, JobSpec, JobTerms
 from parsl_malleable.errors import ConfigError
@@ -66,24 +67,24 @@ class PolicySettings:
     a pulp model of a few hundred jobs took longer than the events it answers.
     """
 
-    objective: str = "weighted"
-    solver: str = "highs"
-    time_limit_s: Annotated[Number, Field(gt=0)] = 0.5
-    mip_node_limit: Annotated[WholeCount, Field(ge=0)] | None = None
-    gap_rel: Annotated[Number, Field(ge=0, lt=1)] = 1e-3
-    default_window_s: Annotated[Number, Field(gt=0)] = 3600.0
-    max_horizon_s: Annotated[Number, Field(gt=0)] = 3600.0
-    max_classes: Annotated[WholeCount, Field(ge=1)] = 4
+    objective: str = SOLVE_DEFAULTS.objective
+    solver: str = SOLVE_DEFAULTS.solver
+    time_limit_s: Annotated[Number, Field(gt=0)] = SOLVE_DEFAULTS.time_limit_s
+    mip_node_limit: Annotated[WholeCount, Field(ge=0)] | None = SOLVE_DEFAULTS.mip_node_limit
+    gap_rel: Annotated[Number, Field(ge=0, lt=1)] = SOLVE_DEFAULTS.gap_rel
+    default_window_s: Annotated[Number, Field(gt=0)] = SOLVE_DEFAULTS.default_window_s
+    max_horizon_s: Annotated[Number, Field(gt=0)] = SOLVE_DEFAULTS.max_horizon_s
+    max_classes: Annotated[WholeCount, Field(ge=1)] = SOLVE_DEFAULTS.max_classes
     scale_up_s: Annotated[Number, Field(ge=0)] = 5.0
     scale_down_s: Annotated[Number, Field(ge=0)] = 2.0
     explore_kappa: Annotated[Number, Field(ge=0)] = 1.0
     profiler: StrictBool = True
     prior_rate: Annotated[Number, Field(gt=0)] | None = None
     curve_model: Literal["gp", "points"] = "gp"
-    charge_start: StrictBool = True
-    pause_rate: PauseRate = "after"
+    charge_start: StrictBool = SOLVE_DEFAULTS.charge_start
+    pause_rate: PauseRate = SOLVE_DEFAULTS.pause_rate
     completion_decay: Annotated[Number, Field(gt=0, le=1)] = 0.5
-    threads: Annotated[WholeCount, Field(ge=1)] | None = 1
+    threads: Annotated[WholeCount, Field(ge=1)] | None = SOLVE_DEFAULTS.threads
     max_running: Annotated[WholeCount, Field(ge=1)] | None = None
     max_waiting: Annotated[WholeCount, Field(ge=1)] | None = None
     milp_max_jobs: Annotated[WholeCount, Field(ge=1)] | None = 128

@@ -71,17 +71,13 @@ def test_short_window_not_worth_scale_up(solver):
     # A job on 4 nodes (400 samples/s) pauses 18 s to grow and 11 s when the node leaves.
     job = linear_job("j", 100.0, hi=8, up=18.0, down=11.0, current=("h0", "h1", "h2", "h3"))
     long_windows = [NodeWindow(("h0", "h1", "h2", "h3"), 3600.0)]
-    short = allocate(
-        [job], ["f0"], [*long_windows, NodeWindow(("f0",), 120.0)], solver=solver, gap_rel=0
-    )
+    # FreeTrain's model: each pause costs the rate before the rescale.
+    before = {"solver": solver, "gap_rel": 0, "pause_rate": "before"}
+    short = allocate([job], ["f0"], [*long_windows, NodeWindow(("f0",), 120.0)], **before)
     # The pauses cost (18 + 11) s x 400/s = 11,600 samples. A 120 s node brings 12,000
     # (worth it, barely); a 100 s node brings 10,000 (not worth it).
-    shorter = allocate(
-        [job], ["f0"], [*long_windows, NodeWindow(("f0",), 100.0)], solver=solver, gap_rel=0
-    )
-    longer = allocate(
-        [job], ["f0"], [*long_windows, NodeWindow(("f0",), 1800.0)], solver=solver, gap_rel=0
-    )
+    shorter = allocate([job], ["f0"], [*long_windows, NodeWindow(("f0",), 100.0)], **before)
+    longer = allocate([job], ["f0"], [*long_windows, NodeWindow(("f0",), 1800.0)], **before)
     assert short.nodes["j"] == 5
     assert shorter.nodes["j"] == 4 and shorter.added["j"] == ()
     assert longer.nodes["j"] == 5 and longer.added["j"] == ("f0",)

@@ -117,7 +117,13 @@ def test_time_limit_keeps_incumbent_or_falls_back(instance):
 @pytest.mark.parametrize("solver", ["cbc", "highs"])
 def test_a_stop_at_the_node_limit_keeps_its_incumbent_and_repeats(instance, solver):
     # No gap accepted: only the node limit (one node, the root) can stop the solve.
-    options = {"solver": solver, "gap_rel": 0.0, "mip_node_limit": 1, "threads": 1}
+    options = {
+        "solver": solver,
+        "gap_rel": 0.0,
+        "mip_node_limit": 1,
+        "threads": 1,
+        "time_limit": SAFETY_S,
+    }
     alloc = allocate(instance.jobs, instance.free_nodes, instance.windows, **options)
     greedy = allocate(instance.jobs, instance.free_nodes, instance.windows, solver="greedy")
     assert alloc.status == "feasible" and "node limit (1)" in alloc.message, alloc.message
