@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from parsl_malleable import data
-from tests import background_checks, pbs_server
+from tests import background_checks, host_cluster, pbs_server
+from tests.host_cluster import HostCluster
 from tests.pbs_server import PBSServer
 
 REPO = Path(__file__).resolve().parents[1]
@@ -37,6 +38,22 @@ def pbs(pbs_live_server: PBSServer) -> Iterator[PBSServer]:
     pbs_live_server.clear()
     yield pbs_live_server
     pbs_live_server.clear()
+
+
+@pytest.fixture(scope="session")
+def host_cluster_session() -> Iterator[HostCluster]:
+    """The cluster of namespaced hosts (``tests/host_cluster.py``), for the whole session."""
+    yield from host_cluster.session()
+
+
+@pytest.fixture
+def hosts(host_cluster_session: HostCluster) -> Iterator[HostCluster]:
+    """The host cluster; every job the test started there cancelled and every link restored
+    afterwards."""
+    try:
+        yield host_cluster_session
+    finally:
+        host_cluster_session.cancel_all()
 
 
 @pytest.fixture(scope="session")
@@ -68,6 +85,7 @@ def bftrainer_dir(data_root: Path) -> Path:
 SLURM_GROUP = "slurm-cluster"
 WHEEL_GROUP = "wheel-venv"
 PBS_GROUP = "pbs-server"
+HOSTS_GROUP = "host-cluster"
 TYPES_TEST = "tests/test_types.py"
 
 
@@ -82,6 +100,8 @@ def resource_group(item: pytest.Item) -> str | None:
         return WHEEL_GROUP
     if "pbs" in names:
         return PBS_GROUP
+    if "hosts" in names:
+        return HOSTS_GROUP
     return None
 
 
@@ -111,3 +131,15 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 def pytest_runtest_setup(item: pytest.Item) -> None:
     if item.session.stash.get(TYPES_PENDING, False) and resource_group(item) == SLURM_GROUP:
         background_checks.mypy()
+
+
+@pytest.fixture(autouse=True)
+def _no_parsl_config_left_loaded() -> Iterator[None]:
+    """A test that failed inside ``with parsl.load(...)`` (a timeout, say) can leave Parsl's
+    config loaded, and every later test of that worker then failed with "Config has already
+    been loaded": one failure read as ten. The leftover is cleared, and named in the log."""
+    yield
+    dflow = sys.modules.get("parsl.dataflow.dflow")
+    if dflow is not None and dflow.DataFlowKernelLoader._dfk is not None:
+        print("conftest: clearing a Parsl config this test left loaded", file=sys.stderr)
+        dflow.DataFlowKernelLoader.clear()

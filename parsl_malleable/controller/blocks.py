@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from parsl_malleable.controller.core import ControllerCore
-from parsl_malleable.harvest.ledger import BlockInfo, Phase
+from parsl_malleable.harvest.controller_link import HarvestingProvider
+from parsl_malleable.harvest.ledger import Phase
 
 
 @dataclass(frozen=True)
@@ -56,12 +57,12 @@ def block_key(parsl_block: str, scheduler_job: str | None) -> str:
 class ProviderBlocks:
     """The blocks of a :class:`~parsl_malleable.provider.BackfillProvider`."""
 
-    def __init__(self, provider: object) -> None:
+    def __init__(self, provider: HarvestingProvider) -> None:
         self.provider = provider
 
     def blocks(self) -> list[BlockView]:
         """The provider's running and yielding blocks (pending ones hold no node yet)."""
-        infos: list[BlockInfo] = self.provider.blocks()  # type: ignore[attr-defined]
+        infos = self.provider.blocks()
         return [
             BlockView(
                 key=block_key(info.block_id, info.job_id),
@@ -79,21 +80,14 @@ class ProviderBlocks:
 
     def ended_at(self, key: str) -> float | None:
         """When the provider saw the scheduler job of block ``key`` end (None: not seen)."""
-        for record in reversed(self.provider.history()):  # type: ignore[attr-defined]
+        for record in reversed(self.provider.history()):
             if block_key(record.block_id, record.job_id) == key:
                 return record.ended_at
         return None
 
     def attach(self, wake: Callable[[], None]) -> None:
-        """Chain onto the provider's yield hook, keeping any hook the user set."""
-        previous = self.provider.on_yield  # type: ignore[attr-defined]
-
-        def on_yield(info: BlockInfo) -> None:
-            if previous is not None:
-                previous(info)
-            wake()
-
-        self.provider.on_yield = on_yield  # type: ignore[attr-defined]
+        """Wake the controller the moment a block has to yield (after any hook the user set)."""
+        self.provider.add_yield_listener(lambda _info: wake())
 
 
 class BlockDiff:

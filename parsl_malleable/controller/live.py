@@ -31,7 +31,14 @@ import parsl
 from parsl.executors import HighThroughputExecutor
 
 from parsl_malleable.controller.address import controller_address, workers_per_node
-from parsl_malleable.controller.agent_link import TERMINATED, AgentLink
+from parsl_malleable.controller.agent_link import (
+    TERMINATED,
+    AgentHello,
+    AgentLink,
+    AgentReport,
+    RefreshOrder,
+    RunRank,
+)
 from parsl_malleable.controller.agent_pool import AgentPool
 from parsl_malleable.controller.blocks import BlockDiff, BlockSource, ProviderBlocks, block_key
 from parsl_malleable.controller.core import ControllerCore, CoreSettings
@@ -41,6 +48,7 @@ from parsl_malleable.controller.model import DrainRanks, JobSpec, StartRanks
 from parsl_malleable.controller.node_agent import coordinator_token
 from parsl_malleable.controller.phases import BlockPhase, EpochReader, MemberPlace, PhaseLog
 from parsl_malleable.errors import ConfigError
+from parsl_malleable.harvest.controller_link import HarvestingProvider
 from parsl_malleable.inputs import safe_name
 from parsl_malleable.watchdog import Watchdog, driver_watchdog
 
@@ -49,6 +57,28 @@ logger = logging.getLogger(__name__)
 _ATTRIBUTE = "_malleable_controller"
 # The start-up told to the provider is the median of this many latest nodes.
 STARTUP_WINDOW = 20
+
+
+def stop_before_shutdown(executor: HighThroughputExecutor, stop: Callable[[], None]) -> None:
+    """Make ``executor.shutdown()`` call ``stop`` first.
+
+    The controller's thread asks the interchange for its managers on HTEX's command channel,
+    which blocks until the interchange answers. Parsl's shutdown terminates the interchange and
+    then closes that channel from its own thread; a request in flight then never returns, and
+    closing the socket under it left ``zmq_context.term()`` waiting for ever (a CI run hung 600 s
+    there). Parsl offers no hook before an executor's shutdown, so the controller wraps this
+    one executor's method and leaves the channel before it closes.
+    """
+    original = executor.shutdown
+
+    def shutdown(*args: Any, **kwargs: Any) -> Any:
+        try:
+            stop()
+        except Exception:  # the executor must still shut down
+            logger.exception("stopping the controller before the executor's shutdown failed")
+        return original(*args, **kwargs)
+
+    executor.shutdown = shutdown  # type: ignore[method-assign]
 
 
 class Controller:
@@ -82,7 +112,7 @@ class Controller:
         self.ranks_per_node = workers_per_node(executor)
         self.tick_s = tick_s
         self.clock = clock
-        if source is None and hasattr(executor.provider, "blocks"):
+        if source is None and isinstance(executor.provider, HarvestingProvider):
             source = ProviderBlocks(executor.provider)
         self.source = source
         # The agent link's secret; each job's coordinator token is derived from it. Kept out of
@@ -116,11 +146,8 @@ class Controller:
         self._dfk = parsl.dfk()
         if self.source is not None:
             self.source.attach(self._wake.set)
-        provider = executor.provider
-        # duck-typed: a BackfillProvider has ``demand`` (None until someone sets it); importing
-        # the class here would tie the controller to the provider
-        if provider is not None and getattr(provider, "demand", False) is None:
-            provider.demand = self.demand  # type: ignore[attr-defined]
+        if isinstance(executor.provider, HarvestingProvider):
+            executor.provider.use_demand(self.demand)
 
     # ------------------------------------------------------------------ public API
 
@@ -137,6 +164,9 @@ class Controller:
                 target=self._run, name=f"controller-{self.executor.label}", daemon=True
             )
             self._thread.start()
+            stop_before_shutdown(
+                self.executor, lambda: self.close("the Parsl executor is shutting down")
+            )
         logger.info(
             "controller for executor %s serving agents on %s:%d (%d rank(s) per node)",
             self.executor.label,
@@ -249,21 +279,21 @@ class Controller:
             time.sleep(self.tick_s)
         return True
 
-    def close(self) -> None:
-        """Stop: abort unfinished jobs, release every agent, stop serving."""
+    def close(self, why: str = "the controller was closed before the job finished") -> None:
+        """Stop: abort unfinished jobs (``why``), release every agent, stop serving."""
         self._stop.set()
         self._wake.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(10)
         with self._lock:
-            self.jobs.fail_all("the controller was closed before the job finished")
+            self.jobs.fail_all(why)
         self.agents.close()
 
     # ------------------------------------------------------------------ agent channel
 
-    def _on_hello(self, hello: dict[str, Any]) -> AgentLink | None:
-        node_id = str(hello.get("pool", ""))
-        key = block_key(str(hello.get("block", "")), hello.get("job_id"))
+    def _on_hello(self, hello: AgentHello) -> AgentLink | None:
+        node_id = hello.pool or ""
+        key = block_key(hello.block or "", hello.job_id)
         now = self.clock()
         with self._lock:
             self.agents.heard_from()
@@ -279,17 +309,15 @@ class Controller:
         self._wake.set()
         return link
 
-    def _on_report(self, link: AgentLink, report: dict[str, Any]) -> None:
+    def _on_report(self, link: AgentLink, report: AgentReport) -> None:
         now = self.clock()
         with self._lock:
             job = self.agents.rank_ended(link)
-            if report.get("status") == "failed":
-                logger.warning("rank of job %s failed: %s", job, report.get("reason"))
+            if report.status == "failed":
+                logger.warning("rank of job %s failed: %s", job, report.reason)
                 if job is not None:
-                    self.jobs.rank_failed(
-                        job, str(report.get("reason")), str(report.get("traceback") or "")
-                    )
-            if report.get("status") == TERMINATED:
+                    self.jobs.rank_failed(job, report.reason, report.traceback)
+            if report.status == TERMINATED:
                 # Its worker pool got SIGTERM (a preemption): HTEX lists the pool until its
                 # heartbeats time out, and an agent sent there meanwhile would be lost with it.
                 logger.info("node %s is being taken (its agent got SIGTERM)", link.node_name)
@@ -407,8 +435,8 @@ class Controller:
             if s.submitted is not None
         ]
         provider = self.executor.provider
-        if recent and provider is not None and hasattr(provider, "startup_s"):
-            provider.startup_s = statistics.median(recent)
+        if recent and isinstance(provider, HarvestingProvider):
+            provider.measured_startup(statistics.median(recent))
 
     def _end_jobs(self, now: float) -> None:
         for name, job in self.jobs.items():
@@ -433,22 +461,14 @@ class Controller:
         if any(action.job not in lk.jobs for lk in links):
             # These agents were sent before the job existed: replace them.
             for lk in links:
-                lk.orders.put({"action": "refresh"})
+                lk.orders.put(RefreshOrder())
             self.core.node_gone(action.node, self.clock())
             return
         host, port = job.coordinator.address
         for lk in links:
             member = self.agents.assign(lk, action.job)
             self._places[member] = MemberPlace(lk.block_key, lk.node_name, action.job)
-            lk.orders.put(
-                {
-                    "action": "run",
-                    "job": action.job,
-                    "member": member,
-                    "host": host,
-                    "port": port,
-                }
-            )
+            lk.orders.put(RunRank(job=action.job, member=member, host=host, port=port))
 
     def _drain_ranks(self, action: DrainRanks) -> None:
         job = self.jobs.get(action.job)
@@ -480,7 +500,7 @@ class Controller:
 
 def site_settings(provider: object) -> CoreSettings:
     """Default settings, with the drain margin of the provider's site profile if it has one."""
-    margin = getattr(getattr(provider, "profile", None), "drain_margin_s", None)
+    margin = provider.drain_margin_s if isinstance(provider, HarvestingProvider) else None
     return CoreSettings() if margin is None else CoreSettings(drain_margin_s=margin)
 
 

@@ -15,6 +15,13 @@ from parsl_malleable.allocate.curve import ScalingCurve
 from parsl_malleable.errors import ConfigError
 from parsl_malleable.inputs import Number, WholeCount, boundary
 
+# The one home of a job's size and weight defaults: JobSpec, @malleable_app and a campaign's
+# job entries read them here. JOB_MAX_NODES is no cap of the job's own: the site's limits and the
+# allocator size it.
+JOB_MIN_NODES = 1
+JOB_MAX_NODES = 1024
+JOB_PRIORITY = 1.0
+
 
 @boundary(ConfigError)
 class JobSpec:
@@ -33,9 +40,9 @@ class JobSpec:
     """
 
     name: Annotated[StrictStr, Field(min_length=1)]
-    min_nodes: Annotated[WholeCount, Field(ge=1)] = 1
-    max_nodes: WholeCount = 1024
-    priority: Annotated[Number, Field(gt=0)] = 1.0
+    min_nodes: Annotated[WholeCount, Field(ge=1)] = JOB_MIN_NODES
+    max_nodes: WholeCount = JOB_MAX_NODES
+    priority: Annotated[Number, Field(gt=0)] = JOB_PRIORITY
     curve: ScalingCurve | None = None
     scale_up_s: Annotated[Number, Field(ge=0)] | None = None
     scale_down_s: Annotated[Number, Field(ge=0)] | None = None

@@ -54,6 +54,7 @@ class PhaseEvent:
     time: float
     node: str = ""
     job: str = ""
+    why: str = ""  # for ``last_step``: how the rank's training there ended (left, lost: ...)
 
 
 @dataclass(frozen=True)
@@ -77,7 +78,13 @@ class PhaseLog:
         self._first_steps = 0  # FIRST_STEP events kept (read every controller tick)
 
     def record(
-        self, block: str, phase: BlockPhase, time: float, node: str = "", job: str = ""
+        self,
+        block: str,
+        phase: BlockPhase,
+        time: float,
+        node: str = "",
+        job: str = "",
+        why: str = "",
     ) -> bool:
         """Stamp ``phase``; the first stamp wins, except ``last_step`` (the latest wins).
         Returns whether the log changed."""
@@ -87,7 +94,7 @@ class PhaseLog:
             if old is not None and (phase is not BlockPhase.LAST_STEP or old.time >= time):
                 return False
             self._first_steps += old is None and phase is BlockPhase.FIRST_STEP
-            self._events[key] = PhaseEvent(block, phase, time, key[2], job)
+            self._events[key] = PhaseEvent(block, phase, time, key[2], job, why)
             if len(self._events) > self.limit:
                 self._drop_oldest_block()
             return True
@@ -184,6 +191,7 @@ class EpochReader:
         self.fed = 0  # how many coordinator events were fed so far
         self._epoch_members: dict[int, list[str]] = {}
         self._training: tuple[list[str], float] | None = None  # members, first step time
+        self._lost: set[str] = set()  # members the coordinator marked lost
 
     def feed(self, events: Iterable[dict[str, Any]]) -> None:
         """Take the coordinator events that follow the ones already fed."""
@@ -210,7 +218,12 @@ class EpochReader:
             elif kind == "joined" and place is not None:
                 self.log.record(place.block, BlockPhase.JOINED, when, place.node, self.job)
             if kind in ("left", "lost", "evicted") and place is not None:
-                self.log.record(place.block, BlockPhase.LAST_STEP, when, place.node, self.job)
+                if member in self._lost:
+                    continue  # a lost rank sent away when it woke: it trained no more since
+                if kind == "lost":
+                    self._lost.add(member)
+                why = f"{kind}: {event['why']}" if event.get("why") else kind
+                self.log.record(place.block, BlockPhase.LAST_STEP, when, place.node, self.job, why)
 
     def flush(self, now: float) -> None:
         """Count the running epoch's training up to ``now`` (and go on counting from there)."""

@@ -6,8 +6,8 @@ from __future__ import annotations
 from parsl_malleable.controller.agent_link import AgentHello, node_name
 
 
-def hello(**fields: object) -> dict:
-    return AgentHello(op="hello", agent="a1", **fields).to_json()
+def hello(**fields: object) -> AgentHello:
+    return AgentHello.model_validate({"op": "hello", "agent": "a1", **fields})
 
 
 def test_an_agent_that_knows_its_node_keeps_its_name() -> None:

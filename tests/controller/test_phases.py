@@ -78,6 +78,22 @@ def test_epochs_become_phases_and_training_time() -> None:
     assert log.training_s() == pytest.approx(31.0)
 
 
+def test_a_lost_rank_ends_its_training_where_it_was_lost_and_says_why() -> None:
+    """A frozen rank marked lost, sent away when it wakes: its ``left`` comes later, but its
+    training ended at the loss, and the phase log says why."""
+    log = PhaseLog()
+    places = {"a": MemberPlace("1/41", "n1", "job"), "b": MemberPlace("2/42", "n2", "job")}
+    reader = EpochReader("job", log, places)
+    reader.feed(coordinator_events()[:7])  # a and b train from 21 s
+    reader.feed([
+        {"time": 40.0, "event": "lost", "member": "b", "why": "no heartbeat for 10.0 s"},
+        {"time": 95.0, "event": "sent_away", "member": "b"},
+        {"time": 95.1, "event": "left", "member": "b", "saved_step": None},
+    ])  # fmt: skip
+    (end,) = [e for e in log.events("2/42") if e.phase is BlockPhase.LAST_STEP]
+    assert (end.time, end.why) == (40.0, "lost: no heartbeat for 10.0 s")
+
+
 def test_a_running_epoch_counts_up_to_each_flush() -> None:
     log = PhaseLog()
     reader = EpochReader("job", log, {"a": MemberPlace("1/41", "n1", "job")})

@@ -2,19 +2,25 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
+from parsl.providers import LocalProvider
 
 from parsl_malleable.controller.live import site_settings
 from parsl_malleable.harvest.site_profile import load_profile
+from parsl_malleable.provider import BackfillProvider
 
 
 def test_the_profile_margin_is_used_and_the_default_otherwise() -> None:
-    emulated = SimpleNamespace(profile=load_profile("emulated"))
-    assert site_settings(emulated).drain_margin_s == 2.0
-    plain = SimpleNamespace(profile=load_profile("example-slurm"))
-    assert plain.profile.drain_margin_s is None
-    assert site_settings(plain).drain_margin_s == 30.0
-    assert site_settings(None).drain_margin_s == 30.0  # a LocalProvider has no profile
+    emulated = BackfillProvider("emulated", autostart=False)
+    plain = BackfillProvider("example-slurm", autostart=False)
+    try:
+        assert site_settings(emulated).drain_margin_s == 2.0
+        assert plain.profile.drain_margin_s is None
+        assert site_settings(plain).drain_margin_s == 30.0
+    finally:
+        emulated.close()
+        plain.close()
+    assert site_settings(LocalProvider()).drain_margin_s == 30.0  # it has no site profile
+    assert site_settings(None).drain_margin_s == 30.0
 
 
 def test_min_block_auto_follows_the_measured_start_up() -> None:
