@@ -12,11 +12,17 @@ Three parts, each printing its figures:
    but one, grows onto the last, and loses a rank to SIGKILL; printed: samples/s at each group
    size (the coordinator's measurements), and seconds from the newcomer's join (or the kill) to
    the first step at the new size. With one GPU there is no resize to make: the figures are the
-   runtime's samples/s on one rank against the baseline.
-3. **Correctness**: a paced job trains to its end through the same resizes and must reach
+   runtime's samples/s on one rank against the baseline. Then the same group with the membership
+   check (a coordinator request and a control allreduce) every 10 steps instead of every step
+   (``--check-every``): what the check costs a step.
+3. **Abort**: a torch backend in this process forms a one-rank group on the device, aborts it
+   (what a rank does when a peer of its epoch is lost: ``ProcessGroupNCCL.abort`` on nccl),
+   checks that the next collective raises instead of waiting, and forms the next epoch's group:
+   seconds from the abort to a reduced tensor on the new group.
+4. **Correctness**: a paced job trains to its end through the same resizes and must reach
    better-than-chance test accuracy.
 
-Exit status 0 when part 3 passes, 1 when it fails, 2 without a GPU (``--device cuda``). CI has
+Exit status 0 when parts 3 and 4 pass, 1 when it fails, 2 without a GPU (``--device cuda``). CI has
 no GPU and never runs this; docs/benchmarks.md records its figures where a GPU machine was lent.
 """
 
@@ -39,7 +45,10 @@ import torch  # noqa: E402
 
 from parsl_malleable.elastic.coordinator import Coordinator  # noqa: E402
 from parsl_malleable.elastic.rank import RankSettings, RankSpec, run_rank  # noqa: E402
-from parsl_malleable.elastic.torch_backend import TorchRendezvousHost  # noqa: E402
+from parsl_malleable.elastic.torch_backend import (  # noqa: E402
+    TorchBackend,
+    TorchRendezvousHost,
+)
 
 BATCH = 64  # per rank
 PRECISION = {"cuda": "bf16", "cpu": "fp32"}
@@ -91,13 +100,17 @@ def baseline(device: str, seconds: float) -> float:
 class Job:
     """A coordinator and the rank processes of one job, one per device."""
 
-    def __init__(self, device: str, ranks: int, kwargs: dict[str, Any]) -> None:
+    def __init__(
+        self, device: str, ranks: int, kwargs: dict[str, Any], check_every: int = 1
+    ) -> None:
         self.device, self.kwargs = device, kwargs
         self.coordinator = Coordinator(
             TorchRendezvousHost(), min_nodes=1, max_nodes=ranks, settle_s=1.0
         )
         self.coordinator.start()
-        self.settings = RankSettings(collective_timeout_s=60, torch_threads=2)
+        self.settings = RankSettings(
+            collective_timeout_s=60, torch_threads=2, check_every=check_every
+        )
         self.ctx = mp.get_context("spawn")
         self.queue = self.ctx.Queue()
         self.procs: dict[str, Any] = {}
@@ -200,6 +213,58 @@ def resizes(device: str, ranks: int, seconds: float) -> dict[str, Any]:
     return figures
 
 
+def check_cost(device: str, ranks: int, seconds: float, every: int) -> tuple[int, float]:
+    """Part 2b: samples/s with the membership check (a coordinator request and a control
+    allreduce) every ``every`` steps instead of every step: what that check costs a step."""
+    job = Job(device, ranks, {"epochs": 100_000, "batch_size": BATCH,
+                              "precision": PRECISION[device]}, check_every=every)  # fmt: skip
+    try:
+        size = job.start_all_but_one(ranks)
+        job.train_at(size, seconds)
+        rates = [rate for n, rate in job.coordinator.take_measurements()[0] if n == size]
+        job.coordinator.abort("benchmark finished")
+    finally:
+        job.close()
+    return size, statistics.median(rates)
+
+
+def abort_and_regroup(device: str) -> tuple[bool, str]:
+    """Abort a one-rank group in this process, then form the next epoch's group on the same
+    device: did the aborted group's next collective raise, and how long until the new group
+    reduced a tensor (the part of a regroup after a lost peer that the backend owns)."""
+    rendezvous = TorchRendezvousHost()
+    coordinator = Coordinator(rendezvous, min_nodes=1, max_nodes=1, settle_s=1.0)
+    coordinator.start()
+    backend = TorchBackend(device="cuda:0" if device == "cuda" else "cpu")
+    host, port = coordinator.address
+    backend.attach_coordinator(host, port, coordinator.token)
+    try:
+        backend.init(0, rendezvous.prepare_epoch(1, 1), timeout_s=60)
+        ones = torch.ones(4, device=backend.device)
+        backend.allreduce_mean_([ones])
+        began = time.perf_counter()
+        backend.abort("bench: a peer of this epoch is lost")
+        try:
+            backend.allreduce_mean_([ones])
+            raised = "did not raise"
+        except Exception as error:  # the backend's error type is not part of its contract
+            raised = f"raised {type(error).__name__}"
+        backend.init(0, rendezvous.prepare_epoch(2, 1), timeout_s=60)
+        twos = torch.full((4,), 2.0, device=backend.device)
+        backend.allreduce_mean_([twos])
+        if device == "cuda":
+            torch.cuda.synchronize()
+        took = time.perf_counter() - began
+        reduced = bool(torch.all(twos == 2.0))
+    finally:
+        backend.shutdown()
+        coordinator.close()
+    # gloo's abort shuts the epoch's peer sockets: a one-rank group has none, so its next
+    # collective runs; nccl's aborted communicator must refuse it.
+    ok = reduced and (device != "cuda" or raised != "did not raise")
+    return ok, f"aborted group's next collective {raised}; new group reduced in {took:.2f} s"
+
+
 def correctness(device: str, ranks: int, epochs: int) -> tuple[bool, str]:
     """Part 3: a paced job trains to its end through a grow and a kill."""
     # Paced steps: a GPU would finish the digits in seconds, before the group could grow.
@@ -233,6 +298,8 @@ def main() -> int:
                         help="rank processes (default: one per visible GPU; cpu: 2)")  # fmt: skip
     parser.add_argument("--seconds", type=float, default=8.0, help="measured per group size")
     parser.add_argument("--epochs", type=int, default=4, help="of the correctness job")
+    parser.add_argument("--check-every", default="10",
+                        help="check intervals (steps) to measure besides 1; '' none")  # fmt: skip
     args = parser.parse_args()
     if args.device == "cuda":
         if not torch.cuda.is_available():
@@ -260,9 +327,15 @@ def main() -> int:
         print(f"resize    SIGKILL {ranks} -> {ranks - 1}: {figures['kill_s']:.2f} s (kill -> step)")
     else:
         print("resize    one rank: no resize inside the node to make (needs 2+ GPUs)")
+    for every in [int(k) for k in args.check_every.split(",") if k]:
+        size, rate = check_cost(args.device, ranks, args.seconds, every)
+        print(f"check     {size} rank(s), membership check every {every} steps: "
+              f"{rate:,.0f} samples/s ({rate / plain:.2f}x the baseline)")  # fmt: skip
+    aborted, line = abort_and_regroup(args.device)
+    print(f"abort     {'OK' if aborted else 'FAIL'}: {line}")
     ok, line = correctness(args.device, ranks, args.epochs)
     print(f"{'OK' if ok else 'FAIL'}: {line}")
-    return 0 if ok else 1
+    return 0 if ok and aborted else 1
 
 
 if __name__ == "__main__":

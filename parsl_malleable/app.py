@@ -31,7 +31,7 @@ import itertools
 import logging
 import threading
 from collections.abc import Callable, Iterable
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import parsl
 from parsl.app.app import python_app
@@ -42,12 +42,14 @@ from pydantic import Field, StrictStr
 from parsl_malleable.allocate.curve import ScalingCurve
 from parsl_malleable.controller.functions import function_reference
 from parsl_malleable.controller.live import Controller, controller_for
-from parsl_malleable.controller.model import JobSpec
+from parsl_malleable.controller.model import JOB_MAX_NODES, JOB_MIN_NODES, JOB_PRIORITY, JobSpec
 from parsl_malleable.controller.node_agent import JobPayload
 from parsl_malleable.elastic.backend_registry import BACKENDS, get_rendezvous_host
 from parsl_malleable.elastic.coordinator import Coordinator
+from parsl_malleable.elastic.messages import CheckpointPolicy
 from parsl_malleable.elastic.metric_book import MetricChanges
 from parsl_malleable.elastic.rank import RankSettings
+from parsl_malleable.elastic.settings import MEMBERSHIP_DEFAULTS, RANK_DEFAULTS, BatchMeaning
 from parsl_malleable.errors import ConfigError, MalleableError
 from parsl_malleable.inputs import Number, WholeCount, boundary
 
@@ -82,13 +84,13 @@ class ElasticOptions:
     identity they are bound to (with the job's name).
 
     ``warm_start_from``: a checkpoint folder to start from while this job has no checkpoint of
-    its own: another job's ``checkpoint_dir``, or this job's own when it holds another job's or
-    an old-format checkpoint. Its newest checkpoint for this model is loaded whole (weights,
+    its own: another job's ``checkpoint_dir``, or this job's own when it holds another job's
+    checkpoint. Its newest checkpoint for this model is loaded whole (weights,
     optimizer, sampler position, step and user fields), whichever job wrote it, and the warm
     start is listed in :attr:`ElasticJob.warnings`. It is still checked: the model fingerprint,
     the payload's sha256, the files' owner and modes, and the manifest's HMAC wherever the
-    folder's key is there (an old-format checkpoint, or one whose key is missing, is loaded
-    unauthenticated, and the warning says so). A folder without any such checkpoint fails the
+    folder's key is there (one whose key is missing is loaded unauthenticated, and the
+    warning says so). A folder without any such checkpoint fails the
     job. Once the job has saved checkpoints of its own, it resumes from those.
 
     ``batch``: what a sampler's ``batch_size`` means where the training function does not say
@@ -101,25 +103,25 @@ class ElasticOptions:
     """
 
     checkpoint_dir: Annotated[StrictStr, Field(min_length=1)]
-    min_nodes: Annotated[WholeCount, Field(ge=1)] = 1
-    max_nodes: WholeCount = 1024
-    backend: StrictStr = "torch"
+    min_nodes: Annotated[WholeCount, Field(ge=1)] = JOB_MIN_NODES
+    max_nodes: WholeCount = JOB_MAX_NODES
+    backend: StrictStr = RANK_DEFAULTS.backend
     executor: StrictStr | None = None
     controller_host: StrictStr | None = None
-    check_every: Annotated[WholeCount, Field(ge=1)] = 1
-    checkpoint_every: Annotated[WholeCount, Field(ge=0)] = 200
-    keep_checkpoints: Annotated[WholeCount, Field(ge=1)] = 3
-    collective_timeout_s: Annotated[Number, Field(gt=0)] = 30.0
-    heartbeat_interval_s: Annotated[Number, Field(gt=0)] = 1.0
-    heartbeat_timeout_s: Annotated[Number, Field(gt=0)] = 10.0
-    settle_s: Annotated[Number, Field(ge=0)] = 0.5
-    reform_timeout_s: Annotated[Number, Field(gt=0)] = 60.0
-    torch_threads: Annotated[WholeCount, Field(ge=1)] | None = 1
-    priority: Annotated[Number, Field(gt=0)] = 1.0
+    check_every: Annotated[WholeCount, Field(ge=1)] = RANK_DEFAULTS.check_every
+    checkpoint_every: Annotated[WholeCount, Field(ge=0)] = RANK_DEFAULTS.checkpoint_every
+    keep_checkpoints: Annotated[WholeCount, Field(ge=1)] = RANK_DEFAULTS.keep_checkpoints
+    collective_timeout_s: Annotated[Number, Field(gt=0)] = RANK_DEFAULTS.collective_timeout_s
+    heartbeat_interval_s: Annotated[Number, Field(gt=0)] = RANK_DEFAULTS.heartbeat_interval_s
+    heartbeat_timeout_s: Annotated[Number, Field(gt=0)] = MEMBERSHIP_DEFAULTS.heartbeat_timeout_s
+    settle_s: Annotated[Number, Field(ge=0)] = MEMBERSHIP_DEFAULTS.settle_s
+    reform_timeout_s: Annotated[Number, Field(gt=0)] = MEMBERSHIP_DEFAULTS.reform_timeout_s
+    torch_threads: Annotated[WholeCount, Field(ge=1)] | None = RANK_DEFAULTS.torch_threads
+    priority: Annotated[Number, Field(gt=0)] = JOB_PRIORITY
     curve: ScalingCurve | None = None
     campaign: StrictStr | None = None
     warm_start_from: Annotated[StrictStr, Field(min_length=1)] | None = None
-    batch: Literal["global", "per_rank"] = "global"
+    batch: BatchMeaning = RANK_DEFAULTS.batch
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -144,14 +146,12 @@ class ElasticOptions:
             batch=self.batch,
         )
 
-    def checkpoint_policy(self, job: str) -> dict[str, Any]:
+    def checkpoint_policy(self, job: str) -> CheckpointPolicy:
         """What the ranks of ``job`` are told about its checkpoints at registration: the
         identity they are bound to and the folder a warm start may come from."""
-        return {
-            "job": job,
-            "campaign": self.campaign or "",
-            "warm_start_from": self.warm_start_from,
-        }
+        return CheckpointPolicy(
+            job=job, campaign=self.campaign or "", warm_start_from=self.warm_start_from
+        )
 
 
 def _await_job(job: ElasticJob) -> Any:
@@ -355,9 +355,9 @@ def malleable_app(
     function: Callable[..., Any] | None = None,
     *,
     checkpoint_dir: str,
-    min_nodes: int = 1,
-    max_nodes: int = 1024,
-    backend: str = "torch",
+    min_nodes: int = JOB_MIN_NODES,
+    max_nodes: int = JOB_MAX_NODES,
+    backend: str = RANK_DEFAULTS.backend,
     **options: Any,
 ) -> Any:
     """Turn ``function(ctx, *args, **kwargs)`` into an elastic Parsl app.

@@ -10,7 +10,8 @@ with pydantic, through the types and helpers here, instead of converting by hand
   own error type with :func:`explain`'s message;
 * YAML files (site profiles, campaigns) are read by :func:`load_yaml_file` (or
   :func:`load_yaml_text`): bounded in size, anchors and aliases refused, so that a few lines
-  cannot expand to gigabytes; they and option sets are pydantic models (:func:`validated`);
+  cannot expand to gigabytes; they and option sets are :class:`InputModel` models
+  (:func:`validated`), whose number fields follow the same rules whatever their annotation;
 * single values (a CLI flag, a function argument) go through :func:`whole_count`,
   :func:`finite_number` or :class:`FiniteFloat`, which use the same two types.
 
@@ -24,13 +25,24 @@ import functools
 import os
 import re
 import stat
-from collections.abc import Callable
+import types
+import typing
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
-from typing import Annotated, Any, TypeVar, cast, dataclass_transform
+from typing import Annotated, Any, ClassVar, Literal, TypeVar, cast, dataclass_transform
 
 import click
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from parsl_malleable.errors import ConfigError
@@ -106,6 +118,104 @@ def boundary(error: type[Exception] = ConfigError) -> Callable[[C], C]:
         return cast(C, made)
 
     return wrap
+
+
+@dataclasses.dataclass(frozen=True)
+class _NumberRule:
+    """What a field's annotation lets through where a number may go."""
+
+    numbers: str = ""  # "integer" or "number" when an int or a float may stand here
+    bools: bool = False  # bool is one of the field's own types
+    texts: bool = False  # any str is allowed (str, Path, an enum of strings...)
+    literals: frozenset[object] = frozenset()  # Literal values, e.g. "auto"
+    items: tuple[_NumberRule, ...] = ()  # rules of the members of a list, tuple or dict
+
+
+def _number_rule(annotation: object) -> _NumberRule:
+    origin = typing.get_origin(annotation)
+    if origin is Annotated:
+        return _number_rule(typing.get_args(annotation)[0])
+    if origin in (typing.Union, types.UnionType):
+        parts = [_number_rule(a) for a in typing.get_args(annotation)]
+        return _NumberRule(
+            numbers=max((p.numbers for p in parts), key=("", "integer", "number").index),
+            bools=any(p.bools for p in parts),
+            texts=any(p.texts for p in parts),
+            literals=frozenset().union(*(p.literals for p in parts)),
+            items=tuple(i for p in parts for i in p.items),
+        )
+    if origin is Literal:
+        return _NumberRule(literals=frozenset(typing.get_args(annotation)))
+    if isinstance(origin, type) and issubclass(origin, Mapping):
+        # the values; the keys of YAML maps are text anyway
+        return _NumberRule(items=(_number_rule(typing.get_args(annotation)[-1]),))
+    if isinstance(origin, type) and issubclass(origin, Collection) and origin is not str:
+        members = [a for a in typing.get_args(annotation) if a is not Ellipsis]
+        return _NumberRule(items=tuple(_number_rule(a) for a in members))
+    if annotation is type(None):
+        return _NumberRule()
+    if annotation is bool:
+        return _NumberRule(bools=True)
+    if annotation is int:
+        return _NumberRule(numbers="integer")
+    if annotation is float:
+        return _NumberRule(numbers="number")
+    if annotation is Any:
+        return _NumberRule(bools=True, texts=True)
+    return _NumberRule(texts=True)
+
+
+def _article(kind: str) -> str:
+    return f"an {kind}" if kind[0] in "aeiou" else f"a {kind}"
+
+
+def _refuse_bool_or_text(value: object, rule: _NumberRule, where: str) -> None:
+    """Raise when ``value`` is a bool or a string standing where only numbers (or literals)
+    may: pydantic's lax mode would read ``True`` as 1 and ``"5"`` as 5."""
+    if rule.numbers and isinstance(value, bool) and not rule.bools:
+        raise ValueError(f"{where}must be {_article(rule.numbers)}, not a bool")
+    if rule.numbers and isinstance(value, str) and not rule.texts and value not in rule.literals:
+        raise ValueError(f"{where}must be {_article(rule.numbers)}, not a string")
+    if rule.items and isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            # list[X] and tuple[X, ...] have one member rule; tuple[X, Y] one per position
+            member = (
+                rule.items[0] if len(rule.items) == 1 else rule.items[min(i, len(rule.items) - 1)]
+            )
+            _refuse_bool_or_text(item, member, f"item {i} ")
+    elif rule.items and isinstance(value, dict):
+        for key, item in value.items():
+            _refuse_bool_or_text(item, rule.items[0], f"{key!r} ")
+
+
+class InputModel(BaseModel):
+    """Base of the models that users fill from YAML files and option sets.
+
+    Frozen, unknown keys refused, and every number field, whatever its annotation (``int``,
+    ``float``, ``int | None``, ``list[float]``, ``int | Literal["auto"]``), under
+    :data:`WholeCount` / :data:`Number`'s rules: no ``True`` for a count, no ``"5"`` for a
+    number, no ``NaN``; ``inf`` only where the field says ``allow_inf_nan=True`` (as
+    :data:`Period` and :data:`Amount` do) and its bounds let it through.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    _number_rules: ClassVar[dict[str, _NumberRule]]
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        cls._number_rules = {
+            name: _number_rule(field.rebuild_annotation())
+            for name, field in cls.model_fields.items()
+        }
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _numbers_are_numbers(cls, value: object, info: ValidationInfo) -> object:
+        rule = cls._number_rules.get(info.field_name or "")
+        if rule is not None:
+            _refuse_bool_or_text(value, rule, "")
+        return value
 
 
 SAFE_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"

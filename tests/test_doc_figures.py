@@ -68,6 +68,9 @@ def test_horizon_optima_of_the_seeded_10_by_100_instance() -> None:
             max_horizon_s=3600.0,
             shrink_pauses=shrink_pauses,
             gap_rel=1e-4,
+            objective="throughput",  # bench_allocate.py's model (FreeTrain's)
+            pause_rate="before",
+            threads=None,
         )
         return float(alloc.objective)
 

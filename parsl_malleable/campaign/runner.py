@@ -359,7 +359,7 @@ class CampaignRunner:
     def _train(self, todo: list[str]) -> str:
         import parsl
 
-        from parsl_malleable.controller import CoreSettings, PolicySettings, configure
+        from parsl_malleable.controller import CoreSettings, configure
         from parsl_malleable.provider import BackfillProvider, harvest_executor
 
         assert self.store is not None
@@ -379,17 +379,10 @@ class CampaignRunner:
             run_dir=run_dir,
             workflow_name=self.identity.name,
         )
-        policy = self.campaign.policy
         margin = self.profile.drain_margin_s
         settings = CoreSettings(
             **({} if margin is None else {"drain_margin_s": margin}),
-            policy=PolicySettings(
-                objective=policy.objective,
-                solver=policy.solver,
-                time_limit_s=policy.time_limit_s,
-                explore_kappa=policy.explore_kappa,
-                profiler=policy.profiler,
-            ),
+            policy=self.campaign.policy.settings(),
         )
         run_log: logging.Handler | None = None
         try:

@@ -10,22 +10,20 @@ from __future__ import annotations
 import json
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from parsl_malleable.inputs import InputModel
 
 # Optuna keeps these as they are; any other choice (a list, a mapping) goes through as JSON text.
 PLAIN_CHOICE = (type(None), bool, int, float, str)
 MAX_GRID = 100_000  # points of a grid sampler's space, product of every parameter's values
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
 def _number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-class Distribution(_Strict):
+class Distribution(InputModel):
     """One app argument's distribution: ``float`` (``low``, ``high``, ``log``, ``step``),
     ``int`` (``low``, ``high``, ``log``, ``step``) or ``categorical`` (``choices``)."""
 
@@ -138,7 +136,7 @@ class Distribution(_Strict):
         return text + (" log" if self.log else "")
 
 
-class SamplerSpec(_Strict):
+class SamplerSpec(InputModel):
     """How trials' parameters are chosen: ``grid`` (every combination, categorical and int
     spaces only), ``random`` or ``tpe``; reproducible from ``seed``."""
 
@@ -184,7 +182,7 @@ PRUNER_OPTIONS: dict[str, tuple[str, ...]] = {
 }
 
 
-class PrunerSpec(_Strict):
+class PrunerSpec(InputModel):
     """When a trial is stopped early: ``asha`` (asynchronous successive halving), ``hyperband``,
     ``median`` (below the median of earlier trials at the same step) or ``none``. Steps are in
     the search's ``resource`` (an epoch, say)."""

@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
-    ConfigDict,
     Field,
     StrictBool,
     ValidationError,
@@ -35,10 +34,13 @@ from parsl_malleable.allocate.objectives import OBJECTIVES
 from parsl_malleable.allocate.solve import SOLVERS
 from parsl_malleable.campaign.app_args import ArgTypes, check_app_args, resolve_app
 from parsl_malleable.campaign.search_spec import Distribution, PrunerSpec, SamplerSpec, check_space
+from parsl_malleable.controller.model import JOB_MAX_NODES, JOB_MIN_NODES, JOB_PRIORITY
+from parsl_malleable.controller.policy import PolicySettings
 from parsl_malleable.elastic.metric_book import KEY as METRIC_NAME
 from parsl_malleable.elastic.metric_book import MAX_KEY_CHARS
+from parsl_malleable.elastic.settings import RANK_DEFAULTS, BatchMeaning
 from parsl_malleable.errors import ConfigError
-from parsl_malleable.inputs import SAFE_NAME, load_yaml_file
+from parsl_malleable.inputs import SAFE_NAME, InputModel, load_yaml_file
 
 if TYPE_CHECKING:
     from parsl_malleable.harvest.site_profile import SiteProfile
@@ -52,24 +54,25 @@ assert set(Objective.__args__) == set(OBJECTIVES)  # type: ignore[attr-defined]
 assert set(Solver.__args__) == set(SOLVERS)  # type: ignore[attr-defined]
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class JobTemplate(_Strict):
+class JobTemplate(InputModel):
     """What every job needs; sweeps and jobs both start from these fields."""
 
     app: str = Field(description="training function, 'module:function' (train(ctx, **args))")
     args: dict[str, Any] = Field(default_factory=dict, description="keyword arguments")
     epochs: int | None = Field(None, ge=1, description="passed as the app's epochs=")
     samples: int | None = Field(None, ge=1, description="passed as the app's samples=")
-    min_nodes: int = Field(1, ge=1)
-    max_nodes: int = Field(4, ge=1)
-    priority: float = Field(1.0, gt=0, description="weight in the 'weighted' objective")
-    checkpoint_every: int = Field(100, ge=0, description="commits between disk checkpoints")
-    backend: Literal["torch", "horovod"] = "torch"
-    batch: Literal["global", "per_rank"] = Field(
-        "global",
+    # The defaults are the app's (JobSpec's and the rank runtime's): one home each.
+    min_nodes: int = Field(JOB_MIN_NODES, ge=1)
+    max_nodes: int = Field(
+        JOB_MAX_NODES, ge=1, description="most nodes (default: no cap of its own; the site's)"
+    )
+    priority: float = Field(JOB_PRIORITY, gt=0, description="weight in the 'weighted' objective")
+    checkpoint_every: int = Field(
+        RANK_DEFAULTS.checkpoint_every, ge=0, description="commits between disk checkpoints"
+    )
+    backend: Literal["torch", "horovod"] = Field(RANK_DEFAULTS.backend, validate_default=True)
+    batch: BatchMeaning = Field(
+        RANK_DEFAULTS.batch,
         description="the sampler's batch_size: 'global' (one optimizer step, whatever the node "
         "count) or 'per_rank' (grows with the nodes, learning rate scaled with it)",
     )
@@ -102,7 +105,7 @@ class JobEntry(JobTemplate):
     name: Annotated[str, Field(pattern=NAME)]
 
 
-class Uniform(_Strict):
+class Uniform(InputModel):
     """A number drawn uniformly from [low, high] (on a log scale with ``log``)."""
 
     low: float
@@ -127,7 +130,7 @@ class Uniform(_Strict):
         return round(value) if self.integer else float(f"{value:.6g}")
 
 
-class Choice(_Strict):
+class Choice(InputModel):
     """One of ``choices``, equally likely."""
 
     choices: list[Any] = Field(min_length=1)
@@ -137,7 +140,7 @@ class Choice(_Strict):
         return rng.choice(self.choices)
 
 
-class RandomSearch(_Strict):
+class RandomSearch(InputModel):
     """``trials`` draws of ``params``, reproducible from ``seed``."""
 
     trials: int = Field(ge=1, le=10_000)
@@ -271,17 +274,32 @@ class Search(JobTemplate):
         return JobEntry(name=self.trial_name(number), args={**self.args, **params}, **base)
 
 
-class PolicySpec(_Strict):
-    """How the controller decides (see docs/controller.md)."""
-
-    objective: Objective = "weighted"
-    solver: Solver = "highs"
-    profiler: bool = Field(True, description="learn each job's curve from its throughput")
-    time_limit_s: float = Field(0.5, gt=0, description="solver budget per decision")
-    explore_kappa: float = Field(1.0, ge=0)
+# The controller's PolicySettings is the one home of these defaults; the campaign only names
+# which of its fields a campaign file may set.
+_POLICY = PolicySettings()
 
 
-class MonitoringSpec(_Strict):
+class PolicySpec(InputModel):
+    """How the controller decides (see docs/controller.md): the fields of
+    :class:`~parsl_malleable.controller.policy.PolicySettings` a campaign may set, with its
+    defaults."""
+
+    objective: Objective = Field(_POLICY.objective, validate_default=True)
+    solver: Solver = Field(_POLICY.solver, validate_default=True)
+    profiler: bool = Field(
+        _POLICY.profiler, description="learn each job's curve from its throughput"
+    )
+    time_limit_s: float = Field(
+        _POLICY.time_limit_s, gt=0, description="solver budget per decision"
+    )
+    explore_kappa: float = Field(_POLICY.explore_kappa, ge=0)
+
+    def settings(self) -> PolicySettings:
+        """The controller's policy settings: these fields, and its defaults for the rest."""
+        return PolicySettings(**self.model_dump())
+
+
+class MonitoringSpec(InputModel):
     """Parsl's monitoring (:class:`parsl.monitoring.MonitoringHub`): task and resource records
     in a database that ``parsl-visualize`` shows. Needs ``pip install 'parsl[monitoring]'``."""
 
@@ -298,7 +316,7 @@ class MonitoringSpec(_Strict):
     resource_monitoring_interval: float = Field(30.0, gt=0, description="seconds")
 
 
-class ParslSpec(_Strict):
+class ParslSpec(InputModel):
     """Options of the Parsl ``Config`` the runner loads (the executor and its provider come
     from the site profile). Unset keys keep the runner's defaults."""
 
@@ -328,7 +346,7 @@ class ParslSpec(_Strict):
         return value
 
 
-class MetricSpec(_Strict):
+class MetricSpec(InputModel):
     """The metric that ranks the campaign's jobs: a name the training function reports with
     ``ctx.report`` and whether higher (``max``) or lower (``min``) is better."""
 
@@ -338,7 +356,7 @@ class MetricSpec(_Strict):
     )
 
 
-class Campaign(_Strict):
+class Campaign(InputModel):
     """A whole campaign file."""
 
     site: str = Field("emulated", description="site profile name or YAML path")

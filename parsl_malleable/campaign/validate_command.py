@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from parsl_malleable.controller.model import JOB_MAX_NODES
 from parsl_malleable.errors import ConfigError
 
 if TYPE_CHECKING:  # the spec imports pydantic models and the solvers' names
@@ -83,6 +84,12 @@ def search_rows(campaign: Campaign, default_parallel: int) -> list[dict[str, Any
     ]
 
 
+def node_range(min_nodes: int, max_nodes: int) -> str:
+    """``1-4``; ``1+`` for a job with no cap of its own (the default: the site's limits and the
+    allocator size it)."""
+    return f"{min_nodes}+" if max_nodes >= JOB_MAX_NODES else f"{min_nodes}-{max_nodes}"
+
+
 def search_lines(rows: list[dict[str, Any]]) -> list[str]:
     """What each search expands to, a few short lines each (they fit 80 columns)."""
     lines = []
@@ -91,7 +98,7 @@ def search_lines(rows: list[dict[str, Any]]) -> list[str]:
         space = [f"{name}: {text}" for name, text in row["space_text"].items()]
         lines += [
             f"search {row['name']}: {row['trials']} trials ({row['jobs']}), {row['parallel']} at "
-            f"once, nodes {row['min_nodes']}-{row['max_nodes']}, app {row['app']}",
+            f"once, nodes {node_range(row['min_nodes'], row['max_nodes'])}, app {row['app']}",
             f"  space:   {space[0]}",
             *(f"           {text}" for text in space[1:]),
             f"  sampler: {sampler['type']} (seed {sampler.get('seed', 0)})",
@@ -119,7 +126,7 @@ def jobs_table(rows: list[dict[str, Any]], title: str) -> Table:
             row["name"],
             row["app"],
             "-" if row["epochs"] is None else str(row["epochs"]),
-            f"{row['min_nodes']}-{row['max_nodes']}",
+            node_range(row["min_nodes"], row["max_nodes"]),
             f"{row['priority']:g}",
             ", ".join(f"{k}={v}" for k, v in args.items()),
         )

@@ -13,6 +13,7 @@ from click.testing import CliRunner
 
 from parsl_malleable.campaign.spec import load_campaign
 from parsl_malleable.cli import main
+from parsl_malleable.controller.model import JOB_MAX_NODES
 from parsl_malleable.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -57,7 +58,8 @@ def test_a_search_loads_and_its_trials_are_jobs_with_fixed_args_and_params(tmp_p
     (entry,) = campaign.searches
     assert campaign.expanded() == []  # trials are asked while the run goes
     job = entry.trial_job(7, {"lr": 0.01, "hidden": [64]})
-    assert job.name == "asha-007" and job.max_nodes == 4
+    # the template's fields; max_nodes the app's default, no cap of the job's own
+    assert job.name == "asha-007" and job.max_nodes == entry.max_nodes == JOB_MAX_NODES
     assert job.call_args() == {"batch_size": 32, "lr": 0.01, "hidden": [64], "epochs": 3}
     assert entry.space["hidden"].encoded and not entry.space["lr"].encoded
 
@@ -177,7 +179,7 @@ def test_validate_shows_each_searchs_space_and_budget(tmp_path: Path) -> None:
     assert out.exit_code == 0, out.output
     text = " ".join(out.output.split())
     assert "hpo-0" in text and "hpo-1" in text  # the grid sweep expands as before
-    assert "search asha: 6 trials (asha-000 .. asha-005), 2 at once, nodes 1-4" in text
+    assert "search asha: 6 trials (asha-000 .. asha-005), 2 at once, nodes 1+" in text
     assert "lr: float 0.001..0.5 log" in text and "hidden: one of [32], [64]" in text
     assert "asha (min_resource=1, reduction_factor=3) on epoch" in text and "tpe (seed 0)" in text
     data = json.loads(CliRunner().invoke(main, ["validate", "--json", str(path)]).output)
