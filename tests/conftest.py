@@ -48,12 +48,13 @@ def host_cluster_session() -> Iterator[HostCluster]:
 
 @pytest.fixture
 def hosts(host_cluster_session: HostCluster) -> Iterator[HostCluster]:
-    """The host cluster; every job the test started there cancelled and every link restored
-    afterwards."""
+    """The host cluster; every job the test started there cancelled, every link restored and
+    every host back in service afterwards (a test after a cut must not wait for Slurm)."""
     try:
         yield host_cluster_session
     finally:
         host_cluster_session.cancel_all()
+        host_cluster_session.wait_in_service()
 
 
 @pytest.fixture(scope="session")

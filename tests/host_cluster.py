@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -21,6 +22,9 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "host-cluster"
 COMMAND_TIMEOUT_S = 30.0
+# A host cut off comes back within Slurm's ping interval (SlurmdTimeout / 3, 10 s) once healed.
+IN_SERVICE_TIMEOUT_S = 180.0
+IN_SERVICE_POLL_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -105,6 +109,37 @@ class HostCluster:
         for name in self.hosts:
             self.heal(name)
             self.unslow(name)
+
+    def node_states(self) -> dict[str, str]:
+        """Each host's Slurm state as ``sinfo`` prints it (``idle``, ``down*``, ...)."""
+        out = subprocess.run(
+            ["sinfo", "-h", "-N", "-o", "%N %T", "-n", ",".join(self.hosts)], env=self.env,
+            capture_output=True, text=True, check=True, timeout=COMMAND_TIMEOUT_S,
+        ).stdout  # fmt: skip
+        return dict(line.split() for line in out.splitlines() if line.strip())
+
+    def wait_in_service(self, timeout_s: float = IN_SERVICE_TIMEOUT_S) -> None:
+        """Every host idle in Slurm again, or RuntimeError naming the states.
+
+        A test that cuts a host off leaves it ``down`` (Slurm failed its job); Slurm returns it
+        only at a later ping, up to a minute on, and the next test's rank there waited that
+        long to start (twice in CI: 58 and 61.5 s late). A host that answers again is resumed
+        here, so every test starts on hosts in service."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            states = self.node_states()
+            if all(state == "idle" for state in states.values()) and len(states) == len(self.hosts):
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"hosts not back in service after {timeout_s:.0f} s: {states}")
+            # "down" without "*": slurmd answers, so it can serve again; "down*" still silent.
+            answering = [name for name, state in states.items() if state in ("down", "drained")]
+            if answering:
+                subprocess.run(
+                    ["scontrol", "update", f"NodeName={','.join(answering)}", "State=RESUME"],
+                    env=self.env, capture_output=True, timeout=COMMAND_TIMEOUT_S,
+                )  # fmt: skip
+            time.sleep(IN_SERVICE_POLL_S)
 
     def _ip(self, *args: str) -> None:
         subprocess.run(["ip", *args], check=True, capture_output=True, timeout=COMMAND_TIMEOUT_S)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from parsl_malleable.elastic.coordinator import Coordinator
+from tests.stacks import stacks_of
 
 RANK = Path(__file__).with_name("ddp_rank.py")
 REPO = Path(__file__).resolve().parents[2]
@@ -68,6 +69,19 @@ class Ranks:
         lines = [line for line in out.splitlines() if line.startswith("outcome ")]
         assert lines, f"rank {name} printed no outcome; stderr: {err[-3000:]}"
         return dict(json.loads(lines[-1].split(" ", 1)[1]))
+
+    def outcome_or_stacks(
+        self, name: str, pid: int, after_s: float, timeout_s: float
+    ) -> tuple[dict[str, Any], str]:
+        """The rank's outcome as :meth:`outcome`; if it has not exited ``after_s`` seconds on,
+        the stacks of ``pid`` (the rank's own process) as it then stood, else ""."""
+        proc = self.procs[name]
+        try:
+            proc.wait(timeout=after_s)
+        except subprocess.TimeoutExpired:
+            stacks = stacks_of(pid)  # now, before waiting on
+            return self.outcome(name, timeout_s), stacks
+        return self.outcome(name), ""
 
     def close(self) -> None:
         for proc in self.procs.values():
