@@ -15,11 +15,9 @@ import os
 import signal
 import socket
 import threading
-import time
 import traceback
 from collections.abc import Callable
 from numbers import Integral
-from pathlib import Path
 from typing import Any, TypeVar
 
 import torch
@@ -31,7 +29,6 @@ from parsl_malleable.elastic.backend_interface import (
     info_from_json,
 )
 from parsl_malleable.elastic.backend_registry import get_backend
-from parsl_malleable.elastic.checkpoint import LOCK_WAIT_S, CheckpointStore, describe_job
 from parsl_malleable.elastic.ddp import ElasticDDP
 from parsl_malleable.elastic.heartbeat import Heartbeat
 from parsl_malleable.elastic.messages import (
@@ -60,6 +57,7 @@ from parsl_malleable.elastic.messages import (
     Warn,
 )
 from parsl_malleable.elastic.metric_book import check_metrics
+from parsl_malleable.elastic.rank_checkpoints import RankCheckpoints
 from parsl_malleable.elastic.sampler import ElasticDistributedSampler
 from parsl_malleable.elastic.settings import (
     RankOutcome,
@@ -73,21 +71,12 @@ from parsl_malleable.elastic.state import (
     ResizeHook,
     job_batch_defaults,
 )
-from parsl_malleable.errors import CheckpointError, ConfigError
+from parsl_malleable.errors import ConfigError
 from parsl_malleable.transport.messages import Ok
-from parsl_malleable.transport.wire import MAX_LINE, CoordinatorUnavailable, RequestClient
+from parsl_malleable.transport.wire import MAX_LINE, PeerUnavailable, RequestClient
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
-
-# A save that is the only copy of the job's state (its last rank leaves, training is done, the
-# driver is gone) is tried again after a pause: a network file system's hiccup passes, and
-# giving up costs every step since the last periodic checkpoint. Bounded, since a rank that
-# leaves is often on borrowed time (a preemption's grace period).
-SAVE_ATTEMPTS = 3
-SAVE_RETRY_S = 0.5
-# How long a periodic save waits for another save holding the checkpoint folder's lock.
-PERIODIC_LOCK_WAIT_S = 2.0
 
 
 class EpochInterrupt(BaseException):
@@ -188,23 +177,13 @@ class RankContext:
             spec.settings.heartbeat_interval_s,
             on_notice=self._on_notice,
         )
-        policy = registered.checkpoint or CheckpointPolicy()
-        self._job, self._campaign = policy.job, policy.campaign
-        self._warm_start_from = policy.warm_start_from or None
-        directory = spec.settings.checkpoint_dir
-        self._store = (
-            CheckpointStore(
-                directory,
-                keep=spec.settings.keep_checkpoints,
-                job=self._job,
-                campaign=self._campaign,
-            )
-            if directory
-            else None
+        self.checkpoints = RankCheckpoints(
+            spec.settings.checkpoint_dir,
+            spec.settings.keep_checkpoints,
+            registered.checkpoint or CheckpointPolicy(),
+            warn=self._warn,
         )
         self._finished_rank: int | None = None
-        self.failed_checkpoints = 0  # disk checkpoints that could not be written
-        self.last_save_error: str | None = None  # why the last disk checkpoint was not written
         self._notice = ""  # why this rank must leave (a SIGTERM: preemption, a cancel)
         self._notice_sent = False
         self._wrapped: list[ElasticDDP] = []
@@ -337,20 +316,20 @@ class RankContext:
         self._state = state
         try:
             return self._run(loop, state)
-        except CoordinatorUnavailable:
+        except PeerUnavailable:
             # The driver is gone (killed, its host lost): nobody will hand this job's state
             # to a new group, so rank 0 keeps the last commit on disk for the rerun; so does
             # any rank whose commit is newer than the disk's (rank 0 may have left in a
             # change that never formed). Concurrent savers are safe: the store locks, and
             # keeps a step already committed. The block's grace (TERM to KILL) covers this.
-            if state.has_commit and (self.rank == 0 or self._newer_than_disk(state)):
-                where = self._store.directory if self._store is not None else "nowhere"
+            if state.has_commit and (self.rank == 0 or self.checkpoints.newer_than_disk(state)):
+                where = self.checkpoints.where
                 logger.warning(
                     "coordinator lost: saving the commit of step %d to %s before exiting",
                     state.step,
                     where,
                 )
-                saved = self._save_retrying(state)
+                saved = self.checkpoints.save_retrying(state)
                 if saved is not None:
                     logger.warning(
                         "coordinator lost: saved the commit of step %d to %s before exiting",
@@ -361,13 +340,6 @@ class RankContext:
         finally:
             if previous is not None:
                 signal.signal(signal.SIGTERM, previous)
-
-    def _newer_than_disk(self, state: ElasticState) -> bool:
-        """Whether this rank's commit is newer than every checkpoint with a manifest."""
-        if self._store is None:
-            return False
-        newest = self._store.newest_step()
-        return newest is None or newest < state.step
 
     def _on_term(self, signum: int, _frame: object) -> None:
         # Slurm's notice to a preempted block (and a cancel's first signal): leave at the next
@@ -403,6 +375,16 @@ class RankContext:
                 has_state=state.has_commit,
             )
             assignment = self._client.call(report, ASSIGNMENT)
+
+    @property
+    def failed_checkpoints(self) -> int:
+        """Disk checkpoints that could not be written."""
+        return self.checkpoints.failed
+
+    @property
+    def last_save_error(self) -> str | None:
+        """Why the last disk checkpoint was not written (None if it was)."""
+        return self.checkpoints.last_error
 
     @property
     def terminated(self) -> bool:
@@ -494,7 +476,7 @@ class RankContext:
             case Leave():
                 saved: dict[str, Any] = {"saved_step": None}
                 if assignment.save and state.has_commit:
-                    saved = self._save_on_leaving(state)
+                    saved = self.checkpoints.save_on_leaving(state)
                 self._client.call(Left(member=self.member_id, **saved), Ok)
                 raise RankExit("left", "asked to leave")
             case Exit():
@@ -543,7 +525,11 @@ class RankContext:
         held = torch.round(held * self.world_size)
         best = int(held.max().item())
         if best == 0:
-            snap = self._initial_snapshot(state) if self.rank == 0 else None
+            snap = (
+                self.checkpoints.initial_snapshot(state, self._known_step)
+                if self.rank == 0
+                else None
+            )
             state.load_snapshot(self._broadcast(snap, 0))
         elif bool((held != best).any()):
             src = int(torch.nonzero(held == best)[0].item())
@@ -552,79 +538,12 @@ class RankContext:
                 state.load_snapshot(snap)
         state.resized(self.world_size)
 
-    def _initial_snapshot(self, state: ElasticState) -> dict[str, Any]:
-        """What a group formed with no state in memory starts from: the newest usable disk
-        checkpoint (this job's own, else its warm start's), or the state as built. Logged; and
-        when that is behind a step the job had committed (its last rank's save failed, or every
-        rank was lost), the driver is warned with both steps."""
-        found = self._load_from_disk(state.fingerprint) if self._store is not None else None
-        if found is None:
-            payload, step, where = state.snapshot(), 0, "scratch"
-            if self._store is not None:
-                where += f" (no usable checkpoint in {self._store.directory})"
-        else:
-            payload, step, directory = found
-            where = f"the disk checkpoint of step {step} in {directory}"
-        # A warning: the one line, in the worker's stderr (the block's output file), that says
-        # where this job's state came from after all its ranks were gone (a rerun, a crash).
-        logger.warning("resuming from %s", where)
-        if step < self._known_step:
-            self._warn(
-                f"resuming from {where}, behind step {self._known_step} that this job had "
-                f"committed: steps {step + 1}-{self._known_step} are trained again"
-            )
-        return payload
-
-    def _load_from_disk(self, fingerprint: str) -> tuple[dict[str, Any], int, str] | None:
-        """``(payload, step, folder)`` of the checkpoint to resume from, None for scratch."""
-        assert self._store is not None
-        own = self._store
-        warm_dir = self._warm_start_from
-        if warm_dir and Path(warm_dir).expanduser().resolve() == own.directory:
-            return self._load_from(own, fingerprint, adopt=True, otherwise="scratch")
-        otherwise = f"the warm start in {warm_dir}" if warm_dir else "scratch"
-        found = self._load_from(own, fingerprint, adopt=False, otherwise=otherwise)
-        if found is not None or not warm_dir:
-            return found
-        # Opened only now: once the job has checkpoints of its own, the source may be gone.
-        warm = CheckpointStore(warm_dir, job=self._job, campaign=self._campaign, create=False)
-        found = self._load_from(warm, fingerprint, adopt=True, otherwise="nothing")
-        if found is None:
-            raise CheckpointError(
-                f"warm_start_from={self._warm_start_from!r}: {warm.directory} holds no usable "
-                f"checkpoint of this model to start from"
-                + (": " + "; ".join(warm.skipped) if warm.skipped else "")
-            )
-        return found
-
-    def _load_from(
-        self, store: CheckpointStore, fingerprint: str, *, adopt: bool, otherwise: str
-    ) -> tuple[dict[str, Any], int, str] | None:
-        loaded = store.load_latest(fingerprint, adopt=adopt)
-        point = store.last_resume
-        if point is not None and point.skipped:
-            # The wording of resume_step's, which the driver logs: the two must agree.
-            described = point.describe()
-            if loaded is None and otherwise != "scratch":
-                described = otherwise + described.removeprefix("scratch")
-            self._warn(f"resuming from {described}")
-        if loaded is None:
-            return None
-        payload, step = loaded
-        if store.adopted is not None:
-            self._warn(
-                f"warm start: this {describe_job(self._campaign, self._job)} starts from step "
-                f"{step} in {store.directory} ({store.adopted}); its weights, optimizer, sampler "
-                f"position, step and user fields come from there"
-            )
-        return payload, step, str(store.directory)
-
     def _warn(self, text: str) -> None:
         """Log ``text`` here and on the driver (the coordinator logs it and keeps it)."""
         logger.warning("%s", text)
         try:
             self._client.call(Warn(member=self.member_id, message=text), Ok)
-        except CoordinatorUnavailable:
+        except PeerUnavailable:
             logger.warning("could not report the warning above to the coordinator")
 
     def _broadcast(self, obj: Any, src: int) -> Any:
@@ -637,12 +556,9 @@ class RankContext:
         if self._dropped:  # the group went on without this rank: its report is told to leave
             raise PeerLost(f"dropped by the coordinator ({self._dropped})")
         every = self.settings.checkpoint_every
-        if self._store is not None and every and self.rank == 0 and state.step % every == 0:
-            # Briefly: rank 0 saves inside the step, its peers wait in the next collective, and
-            # a save still holding the lock (a frozen former rank 0) must not stall the group
-            # past collective_timeout_s. A skipped periodic save is counted; the next replaces it.
-            self._save(state, then="skipped; the next periodic save replaces it",
-                       lock_wait_s=PERIODIC_LOCK_WAIT_S)  # fmt: skip
+        due = every and state.step % every == 0
+        if due and self.rank == 0 and self.checkpoints.store is not None:
+            self.checkpoints.save_periodic(state)
         if state.step % self.settings.check_every:
             return
         flag = torch.zeros(1, dtype=torch.float64)
@@ -665,91 +581,10 @@ class RankContext:
         if flag.item() > 0:
             raise PlannedChange(f"membership changes after step {state.step}")
 
-    def _save(
-        self,
-        state: ElasticState,
-        then: str = "training goes on from memory",
-        lock_wait_s: float = LOCK_WAIT_S,
-    ) -> int | None:
-        """Write the last commit to disk; a failed write (full disk, quota, another save
-        holding the folder's lock for ``lock_wait_s``) is logged (with what happens ``then``),
-        counted and kept in :attr:`last_save_error`, and training goes on from the commit in
-        memory."""
-        snap = state.committed()
-        if self._store is None:
-            self.last_save_error = "the job has no checkpoint_dir"
-            return None
-        if snap is None:
-            return None
-        try:
-            self._store.save(
-                snap,
-                step=int(snap["step"]),
-                fingerprint=state.fingerprint,
-                lock_wait_s=lock_wait_s,
-            )
-        except CheckpointError as exc:
-            self.failed_checkpoints += 1
-            self.last_save_error = str(exc)
-            logger.warning("checkpoint not written, %s: %s", then, exc)
-            return None
-        return int(snap["step"])
-
-    def _save_retrying(self, state: ElasticState) -> int | None:
-        """:meth:`_save`, tried up to :data:`SAVE_ATTEMPTS` times: for a save that is the only
-        copy of the job's state. None when every attempt failed (:attr:`last_save_error`)."""
-        for attempt in range(1, SAVE_ATTEMPTS + 1):
-            last = attempt == SAVE_ATTEMPTS
-            then = "giving up" if last else f"attempt {attempt} of {SAVE_ATTEMPTS}, retrying"
-            saved = self._save(state, then=then)
-            if saved is not None or self._store is None:
-                return saved
-            if not last:
-                time.sleep(SAVE_RETRY_S * attempt)
-        self.last_save_error = f"{SAVE_ATTEMPTS} attempts failed, the last: {self.last_save_error}"
-        return None
-
-    def _save_on_leaving(self, state: ElasticState) -> dict[str, Any]:
-        """Save the commit this rank leaves with, the only copy of the job's state: retried,
-        and a failure reported to the coordinator (``save_error``), not left for the next group
-        to find as an older step."""
-        saved = self._save_retrying(state)
-        if saved is not None:
-            return {"saved_step": saved}
-        resumes = self._disk_resume(state)
-        error = (
-            f"the job's newest commit, step {state.step}, was not saved when its last rank left "
-            f"({self.last_save_error}); the next group resumes from {resumes}"
-        )
-        self._warn(error)
-        # save_error makes the failure part of the "left" event where the coordinator's
-        # protocol declares it; the warning above reaches the driver either way.
-        return {"saved_step": None, "save_error": error, "committed_step": state.step}
-
-    def _disk_resume(self, state: ElasticState) -> str:
-        """Where a group with no state in memory would resume from disk, in resume_step's
-        words (the same checks as the load)."""
-        if self._store is None:
-            return "scratch"
-        try:
-            point = self._store.resume_point(state.fingerprint)
-        except CheckpointError as exc:
-            return f"nothing: its checkpoints are refused ({exc})"
-        if point.step is not None and not point.skipped:
-            return f"step {point.step}, the newest checkpoint on disk"
-        return point.describe()
-
     def _finish(self, state: ElasticState, result: Any) -> None:
         self._finished_rank = self.rank
         if self.rank == 0:
-            if state.has_commit and self._save_retrying(state) is None and self._store is not None:
-                newest = self._store.newest_step()
-                ends = "holds no checkpoint" if newest is None else f"ends at step {newest}"
-                self._warn(
-                    f"the final checkpoint, step {state.step}, was not written "
-                    f"({self.last_save_error}); the result stands, but {self._store.directory} "
-                    f"{ends}"
-                )
+            self.checkpoints.save_final(state)
             finish = Finish(member=self.member_id, step=state.step, **_result_copy(result))
             self._client.call(finish, Ok)
         self._shutdown_backend()
@@ -793,14 +628,14 @@ def run_rank(
         torch.set_num_threads(spec.settings.torch_threads)
     try:
         ctx = RankContext(spec)
-    except CoordinatorUnavailable as exc:
+    except PeerUnavailable as exc:
         return RankOutcome(spec.member_id, "exited", reason=str(exc))
     try:
         value = fn(ctx, *args, **kwargs)
         return RankOutcome(spec.member_id, "finished", ctx.finished_rank, value)
     except RankExit as exc:
         return RankOutcome(spec.member_id, exc.status, reason=exc.reason, terminated=ctx.terminated)
-    except CoordinatorUnavailable as exc:
+    except PeerUnavailable as exc:
         return RankOutcome(spec.member_id, "exited", reason=str(exc))
     except BaseException as exc:
         ctx.abort(exc)

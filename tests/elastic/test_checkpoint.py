@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import torch
 
-from parsl_malleable.elastic import checkpoint
+from parsl_malleable.elastic import checkpoint, checkpoint_trust
 from parsl_malleable.elastic.checkpoint import (
     CheckpointError,
     CheckpointStore,
@@ -409,9 +409,10 @@ class _Trojan:
 
 def _sign(store: CheckpointStore, manifest: dict) -> None:
     """Sign ``manifest`` as the store would: what only a holder of the key can do."""
-    master = store._master_key(create=False)
-    key = checkpoint._job_key(master, manifest["campaign"], manifest["job"])
-    manifest["mac"] = checkpoint._manifest_mac(manifest, key)
+    master = store.trust.master_key(create=False)
+    assert master is not None
+    key = checkpoint_trust.job_key(master, manifest["campaign"], manifest["job"])
+    manifest["mac"] = checkpoint_trust.manifest_mac(manifest, key)
 
 
 def test_load_refuses_pickled_arbitrary_object_even_with_valid_checksum(tmp_path: Path) -> None:
@@ -555,24 +556,23 @@ def test_a_full_disk_fails_the_save_clearly_and_keeps_every_checkpoint(
     assert not [p.name for p in directory.iterdir() if p.name.startswith(".tmp-")]
 
 
-# A rank-0 periodic save on a disk that fills up between two commits (RankContext._save on a
-# real store; the rest of the rank is not needed to save).
+# A rank's save on a disk that fills up between two commits (its checkpoints part on a real
+# store; the rest of the rank is not needed to save).
 _RANK_SAVE = textwrap.dedent(
     """
     import logging, resource, signal, sys, torch
-    from parsl_malleable.elastic.checkpoint import CheckpointStore
-    from parsl_malleable.elastic.rank import RankContext
+    from parsl_malleable.elastic.messages import CheckpointPolicy
+    from parsl_malleable.elastic.rank_checkpoints import RankCheckpoints
     from parsl_malleable.elastic.state import ElasticState
     logging.basicConfig(stream=sys.stdout, format="%(levelname)s %(message)s")
     state = ElasticState(torch.nn.Linear(500, 500))
-    rank = object.__new__(RankContext)
-    rank._store, rank.failed_checkpoints = CheckpointStore(sys.argv[1], keep=3), 0
+    rank = RankCheckpoints(sys.argv[1], 3, CheckpointPolicy(), warn=print)
     state.commit()
-    print("saved", rank._save(state), flush=True)
+    print("saved", rank.save(state), flush=True)
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, resource.RLIM_INFINITY))
     state.commit()
-    print("saved", rank._save(state), "failed", rank.failed_checkpoints, flush=True)
+    print("saved", rank.save(state), "failed", rank.failed, flush=True)
     state.commit()
     print("in memory", state.committed()["step"], flush=True)
     """
