@@ -27,11 +27,12 @@ Where a job resumes: :func:`resume_step` (and :meth:`CheckpointStore.resume_poin
 step :meth:`CheckpointStore.load_latest` would load, by the same checks, falling back past the
 damaged ones, and name those; the rank's messages and the driver's come from it, so they agree.
 
-Threat model. The manifest's ``mac`` is keyed with a per-job key: HMAC-SHA256 (via
-:func:`~parsl_malleable.transport.wire.derive_secret`) of the folder's *master key* and the job's
-identity (campaign, job). The master key is 32 random bytes in ``.parsl-malleable-checkpoint.key``
-in the checkpoint directory's **parent** (mode ``0600``, created once, atomically, by the first
-save), so that
+Threat model (what decides trust, the keys, the MACs and the owner and mode checks, is
+:mod:`~parsl_malleable.elastic.checkpoint_trust`; this module stores). The manifest's ``mac`` is
+keyed with a per-job key: HMAC-SHA256 (via :func:`~parsl_malleable.transport.wire.derive_secret`)
+of the folder's *master key* and the job's identity (campaign, job). The master key is 32
+random bytes in ``.parsl-malleable-checkpoint.key`` in the checkpoint directory's **parent** (mode
+``0600``, created once, atomically, by the first save), so that
 
 * whoever can write the checkpoint directory but cannot read the key (another user, a process
   with write access to that folder only) cannot make forged weights load by recomputing the
@@ -74,7 +75,6 @@ import logging
 import os
 import pickle
 import re
-import secrets
 import shutil
 import socket
 import stat
@@ -87,10 +87,19 @@ from typing import Any, BinaryIO
 
 import torch
 
+from parsl_malleable.elastic.checkpoint_trust import (
+    KEY_FILE_NAME,
+    TMP_PREFIX,
+    CheckpointTrust,
+    Unvouched,
+    describe_job,
+    fsync_dir,
+    read_owned,
+    read_regular,
+)
 from parsl_malleable.elastic.safe_state import check_loadable
 from parsl_malleable.elastic.settings import RANK_DEFAULTS
 from parsl_malleable.errors import CheckpointError
-from parsl_malleable.transport.wire import derive_secret
 
 __all__ = [
     "FORMAT",
@@ -108,10 +117,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 FORMAT = "parsl-malleable-checkpoint/2"
-KEY_FILE_NAME = ".parsl-malleable-checkpoint.key"
 _NAME = re.compile(r"^ckpt-(\d{12})\.(pt|json)$")
-_KEY_TEXT = re.compile(r"^[0-9a-f]{64}$")
-_TMP_PREFIX = ".tmp-"
 LOCK_FILE_NAME = ".parsl-malleable-checkpoint.lock"
 # How long a save, or a resume's reading, waits for a save in progress (a dying rank finishing
 # its last checkpoint within its grace) before giving up.
@@ -140,12 +146,6 @@ def model_fingerprint(model: torch.nn.Module) -> str:
         dtype = str(value.dtype) if isinstance(value, torch.Tensor) else type(value).__name__
         digest.update(f"{name}:{shape}:{dtype};".encode())
     return digest.hexdigest()[:16]
-
-
-def describe_job(campaign: str, job: str) -> str:
-    """``job 'x' of campaign 'c'`` (or ``an unnamed job``), for messages."""
-    who = f"job {job!r}" if job else "an unnamed job"
-    return f"{who} of campaign {campaign!r}" if campaign else who
 
 
 @dataclass(frozen=True)
@@ -280,7 +280,7 @@ class CheckpointStore:
         self.orphans_removed: list[str] = []  # files of cut saves this store removed
         # Where the last load_latest / resume_point found the job resumes (None: not asked).
         self.last_resume: ResumePoint | None = None
-        self._master: str | None = None
+        self.trust = CheckpointTrust(self.directory, self.key_file, campaign, job)
         self._open_directory(create)
         if create:
             self.remove_orphans()
@@ -349,7 +349,7 @@ class CheckpointStore:
                 f"checkpoint fingerprint must be a non-empty string: {fingerprint!r}"
             )
         check_loadable(payload, "payload", CheckpointError)
-        master = self._master_key(create=True)
+        master = self.trust.master_key(create=True)
         assert master is not None
         with self._lock(exclusive=True, wait_s=lock_wait_s) as lock:
             if lock == "busy":
@@ -399,9 +399,8 @@ class CheckpointStore:
                 "created": time.time(),
                 "campaign": self.campaign,
                 "job": self.job,
-                "key_id": _key_id(master),
             }
-            manifest["mac"] = _manifest_mac(manifest, _job_key(master, self.campaign, self.job))
+            self.trust.sign(manifest, master)
             with self._staged(staged) as file:
                 file.write(json.dumps(manifest, indent=1).encode())
             # Both files are durable: commit. A manifest already there for this step (damaged,
@@ -418,7 +417,7 @@ class CheckpointStore:
             # torch's zip writer turns a failed write into RuntimeError("... unexpected pos").
             cause = writer.error if writer is not None and writer.error is not None else exc
             raise self._write_failed(step, cause) from exc
-        _fsync_dir(self.directory)
+        fsync_dir(self.directory)
         return pt_path
 
     def _intact(self, step: int, fingerprint: str) -> bool:
@@ -574,7 +573,19 @@ class CheckpointStore:
         manifest = self._read_verified_manifest(path.with_suffix(".json"))
         if manifest["step"] != info.step:
             raise _Skip(f"its manifest is for step {manifest['step']}")
-        note, authenticated = self._vouch(path, manifest, adopt)
+        if manifest["format"] != FORMAT:
+            # Format 1 (0.1.0 development builds) had a plain sha256 anyone could recompute; no
+            # reader is kept for it or for any other format, so none is ever loaded.
+            raise CheckpointError(
+                f"checkpoint {path} has a manifest in format {manifest['format']!r}, which this "
+                f"version does not read (it reads {FORMAT}): written by another version, or "
+                f"rewritten by someone who can write {self.directory}. Refusing to resume from "
+                f"it; delete it to start over."
+            )
+        try:
+            note, authenticated = self.trust.vouch(path, manifest, adopt)
+        except Unvouched as exc:
+            raise _Skip(str(exc)) from exc
         if fingerprint is not None and manifest["fingerprint"] != fingerprint:
             raise CheckpointError(
                 f"checkpoint {path} is for a different model: its fingerprint is "
@@ -585,7 +596,7 @@ class CheckpointStore:
 
     def _read_verified_manifest(self, manifest_path: Path) -> dict[str, Any]:
         try:
-            raw = _read_owned(manifest_path)
+            raw = read_owned(manifest_path)
         except FileNotFoundError as exc:  # never committed, or pruned by a writer since list()
             raise _Skip("no readable manifest with its checksum") from exc
         except OSError as exc:
@@ -595,58 +606,13 @@ class CheckpointStore:
             raise _Skip(f"its manifest {manifest_path} is damaged or lacks its checksum")
         return manifest
 
-    def _vouch(self, path: Path, manifest: dict[str, Any], adopt: bool) -> tuple[str | None, bool]:
-        """Authenticate ``manifest``: ``(None, True)`` when it is this job's own, else why
-        ``adopt`` takes it and whether anything authenticated it. Raises
-        :class:`CheckpointError` when it is not this job's and ``adopt`` is False."""
-        manifest_path = path.with_suffix(".json")
-        if manifest["format"] != FORMAT:
-            # Format 1 (0.1.0 development builds) had a plain sha256 anyone could recompute; no
-            # reader is kept for it or for any other format, so none is ever loaded.
-            raise CheckpointError(
-                f"checkpoint {path} has a manifest in format {manifest['format']!r}, which this "
-                f"version does not read (it reads {FORMAT}): written by another version, or "
-                f"rewritten by someone who can write {self.directory}. Refusing to resume from "
-                f"it; delete it to start over."
-            )
-        master = self._master_key(create=False)
-        if master is None:
-            if not adopt:
-                raise CheckpointError(
-                    f"checkpoint {path} cannot be authenticated: the key file {self.key_file} "
-                    f"is missing (was {self.directory} moved or copied without it?). Put the "
-                    f"key back, or start from these checkpoints explicitly with "
-                    f"warm_start_from={str(self.directory)!r}."
-                )
-            return f"not authenticated: the key file {self.key_file} is missing", False
-        claimed = (manifest["campaign"], manifest["job"])
-        expected = _manifest_mac(manifest, _job_key(master, *claimed))
-        if not hmac.compare_digest(manifest["mac"].encode(), expected.encode()):
-            raise _Skip(
-                f"its manifest {manifest_path} fails authentication with the key "
-                f"{self.key_file} (HMAC-SHA256): it is damaged, was written by someone without "
-                f"that key, or was copied from a folder with another key (it names key "
-                f"{manifest.get('key_id')}, this folder's is {_key_id(master)})"
-            )
-        if claimed == (self.campaign, self.job):
-            return None, True
-        theirs, ours = describe_job(*claimed), describe_job(self.campaign, self.job)
-        if not adopt:
-            raise CheckpointError(
-                f"checkpoint {path} belongs to {theirs}, not to this {ours}: resuming it would "
-                f"carry that job's weights and user fields into this one. Give this job its own "
-                f"checkpoint_dir, or start it from that checkpoint explicitly with "
-                f"warm_start_from={str(self.directory)!r}."
-            )
-        return f"a checkpoint of {theirs} (authenticated)", True
-
     def _read_payload(
         self, path: Path, manifest: dict[str, Any], map_location: str | torch.device
     ) -> dict[str, Any]:
         # Read once: the bytes that are hashed are the bytes that are unpickled, even if a
         # writer replaces the file meanwhile.
         try:
-            data = _read_owned(path)
+            data = read_owned(path)
         except OSError as exc:  # pruned by a writer since list(), or unreadable
             raise _Skip(f"cannot read: {exc}") from exc
         if len(data) != manifest["size"]:
@@ -675,16 +641,6 @@ class CheckpointStore:
         self.skipped.append(f"{path.name}: {why}")
         log.warning("skipping checkpoint %s: %s", path, why)
 
-    # ------------------------------------------------------------------ key
-
-    def _master_key(self, create: bool) -> str | None:
-        """The folder's master key (made, atomically, when ``create`` and there is none)."""
-        if self._master is None:
-            self._master = _read_key(self.key_file)
-            if self._master is None and create:
-                self._master = _create_key(self.key_file)
-        return self._master
-
     # ------------------------------------------------------------------ helpers
 
     def _paths(self, step: int) -> tuple[Path, Path]:
@@ -704,7 +660,7 @@ class CheckpointStore:
         """Yield a private temporary file (its path appended to ``staged``), flushed and
         fsynced when the block completes, removed when it fails."""
         fd, tmp_name = tempfile.mkstemp(
-            dir=self.directory, prefix=f"{_TMP_PREFIX}{socket.gethostname()}-{os.getpid()}-"
+            dir=self.directory, prefix=f"{TMP_PREFIX}{socket.gethostname()}-{os.getpid()}-"
         )
         tmp = Path(tmp_name)
         staged.append(tmp)
@@ -760,7 +716,7 @@ class CheckpointStore:
         """:meth:`remove_orphans` with the exclusive lock held: no save is in progress, so
         whatever a save leaves only until its commit is a leftover."""
         removed = []
-        here = f"{_TMP_PREFIX}{socket.gethostname()}-"
+        here = f"{TMP_PREFIX}{socket.gethostname()}-"
         entries = {entry.name: entry for entry in os.scandir(self.directory)}
         for name, entry in sorted(entries.items()):
             if entry.is_dir(follow_symlinks=False):
@@ -772,7 +728,7 @@ class CheckpointStore:
             elif name.startswith(here):
                 pid_text = name[len(here) :].split("-", 1)[0]
                 orphan = not pid_text.isdigit() or not _pid_alive(int(pid_text))
-            elif name.startswith(_TMP_PREFIX):
+            elif name.startswith(TMP_PREFIX):
                 orphan = _age(entry) > FOREIGN_TEMP_AGE_S  # another host's: its pid is not ours
             else:
                 orphan = False
@@ -781,7 +737,7 @@ class CheckpointStore:
                     os.unlink(entry.path)
                     removed.append(name)
         if removed:
-            _fsync_dir(self.directory)
+            fsync_dir(self.directory)
             self.orphans_removed += removed
             log.warning(
                 "removed %d leftover file(s) of cut checkpoint saves from %s: %s",
@@ -803,11 +759,11 @@ class CheckpointStore:
             for path in (pt_path, manifest_path):
                 with contextlib.suppress(FileNotFoundError):
                     path.unlink()
-        _fsync_dir(self.directory)
+        fsync_dir(self.directory)
 
     def _remove_stale_temp_files(self) -> None:
         """Delete temporary files left by writers on this host that no longer run."""
-        prefix = f"{_TMP_PREFIX}{socket.gethostname()}-"
+        prefix = f"{TMP_PREFIX}{socket.gethostname()}-"
         for entry in os.scandir(self.directory):
             if not entry.name.startswith(prefix):
                 continue
@@ -865,7 +821,7 @@ def _read_manifest(path: Path) -> dict[str, Any] | None:
     """The manifest at ``path`` for :meth:`CheckpointStore.list` (None: missing or damaged);
     its owner and mode are checked when a checkpoint is loaded, not here."""
     try:
-        raw, _ = _read_regular(path)
+        raw, _ = read_regular(path)
     except FileNotFoundError:
         return None
     except (OSError, CheckpointError) as exc:
@@ -901,23 +857,6 @@ def _parse_manifest(raw: bytes) -> dict[str, Any] | None:
     return manifest
 
 
-def _manifest_mac(manifest: dict[str, Any], job_key: str) -> str:
-    """HMAC-SHA256 under ``job_key`` of every field of ``manifest`` but ``mac`` itself."""
-    fields = {key: value for key, value in manifest.items() if key != "mac"}
-    text = json.dumps(fields, sort_keys=True, separators=(",", ":"))
-    return hmac.new(job_key.encode(), text.encode(), hashlib.sha256).hexdigest()
-
-
-def _job_key(master: str, campaign: str, job: str) -> str:
-    """The key one job signs its manifests with: knowing it tells nothing of another job's."""
-    return derive_secret(master, "checkpoint-manifest/" + json.dumps([campaign, job]))
-
-
-def _key_id(master: str) -> str:
-    """A public name of a master key, so that messages can tell two keys apart."""
-    return derive_secret(master, "checkpoint-key-id")[:16]
-
-
 def _envelope_matches(envelope: Any, manifest: dict[str, Any], path: Path) -> bool:
     if not isinstance(envelope, dict) or not isinstance(envelope.get("payload"), dict):
         return False
@@ -926,146 +865,6 @@ def _envelope_matches(envelope: Any, manifest: dict[str, Any], path: Path) -> bo
         all(envelope.get(key) == manifest[key] for key in fields)
         and manifest.get("file", path.name) == path.name
     )
-
-
-# ---------------------------------------------------------------------- files and keys
-
-
-def _read_regular(path: Path) -> tuple[bytes, os.stat_result]:
-    """The bytes of ``path`` and its status, from one open: never through a symbolic link,
-    never blocking on a FIFO someone named like a checkpoint."""
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-    try:
-        fd = os.open(path, flags)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise CheckpointError(
-                f"refusing to read {path}: it is a symbolic link, which could point anywhere"
-            ) from exc
-        raise
-    with os.fdopen(fd, "rb") as file:
-        info = os.fstat(file.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise CheckpointError(f"refusing to read {path}: it is not a regular file")
-        return file.read(), info
-
-
-def _read_owned(path: Path, *, secret: bool = False) -> bytes:
-    """The bytes of ``path``, refused (:class:`CheckpointError` naming it and why) unless it
-    belongs to this user and nobody else may change it (nor read it, for a ``secret``). The
-    checks and the read use one open file, so the file checked is the file read."""
-    data, info = _read_regular(path)
-    problem = _unsafe(info, secret)
-    if problem:
-        raise CheckpointError(f"refusing to read {path}: {problem}")
-    return data
-
-
-def _unsafe(info: os.stat_result, secret: bool) -> str | None:
-    me = os.geteuid()
-    if info.st_uid != me:
-        return (
-            f"it belongs to uid {info.st_uid}, not to this user (uid {me}), so someone else "
-            f"could have written it; delete it if it is not yours"
-        )
-    mode = stat.S_IMODE(info.st_mode)
-    loose = mode & (0o077 if secret else 0o022)
-    if not loose:
-        return None
-    who = " and ".join(
-        name for bits, name in ((0o070, "its group"), (0o007, "other users")) if loose & bits
-    )
-    if secret:
-        return f"its mode is {mode:04o}: {who} can read or change the key; chmod 600 it"
-    return (
-        f"its mode is {mode:04o}: {who} can change it, so it may have been replaced; chmod 600 "
-        f"it if you trust its contents, or delete it"
-    )
-
-
-def _read_key(path: Path) -> str | None:
-    """The master key in ``path``, None when there is none; refused when unsafe or damaged."""
-    try:
-        text = _read_owned(path, secret=True).decode(errors="replace").strip()
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise CheckpointError(f"cannot read the checkpoint key {path}: {exc}") from exc
-    if not _KEY_TEXT.match(text):
-        raise CheckpointError(
-            f"the checkpoint key {path} is damaged (not 64 hex digits); checkpoints signed with "
-            f"it cannot be authenticated any more"
-        )
-    return text
-
-
-def _create_key(path: Path) -> str:
-    """Make a new master key at ``path`` unless another process just did; the key in force.
-
-    Written whole to a private temporary file and hard-linked into place, so a concurrent
-    reader never sees a partial key and two writers agree on the first one linked.
-    """
-    key = secrets.token_hex(32)
-    try:
-        fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f"{_TMP_PREFIX}key-")
-    except OSError as exc:
-        raise CheckpointError(
-            f"cannot create the checkpoint key {path}: {exc}; checkpoints are signed with a key "
-            f"kept beside their folder, so its parent {path.parent} must be writable"
-        ) from exc
-    try:
-        with os.fdopen(fd, "w") as file:
-            os.fchmod(file.fileno(), 0o600)
-            file.write(key + "\n")
-            file.flush()
-            os.fsync(file.fileno())
-        _link_key(Path(tmp_name), path, key)
-    except OSError as exc:
-        raise CheckpointError(f"cannot create the checkpoint key {path}: {exc}") from exc
-    finally:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp_name)
-    in_force = _read_key(path)
-    if in_force is None:
-        raise CheckpointError(f"the checkpoint key {path} vanished as it was created")
-    if in_force == key:
-        log.info("created the checkpoint key %s", path)
-    return in_force
-
-
-def _link_key(tmp: Path, path: Path, key: str) -> None:
-    """Put the key written in ``tmp`` at ``path`` unless a key is there already."""
-    try:
-        os.link(tmp, path)
-    except FileExistsError:
-        return
-    except OSError as exc:
-        if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK):
-            raise
-        # No hard links here (some FUSE and object stores): create it exclusively instead; a
-        # reader racing this write sees a short key and fails loudly, never a wrong one.
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        except FileExistsError:
-            return
-        with os.fdopen(fd, "w") as file:
-            file.write(key + "\n")
-            file.flush()
-            os.fsync(file.fileno())
-    _fsync_dir(path.parent)
-
-
-def _fsync_dir(directory: Path) -> None:
-    """Make renames in ``directory`` durable (where the file system supports it)."""
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    except OSError as exc:
-        # Some network file systems refuse fsync on a directory; the rename is still atomic.
-        if exc.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EBADF):
-            raise
-    finally:
-        os.close(fd)
 
 
 def _pid_alive(pid: int) -> bool:
