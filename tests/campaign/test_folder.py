@@ -17,6 +17,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+from parsl_malleable.campaign.folder_owner import owner_note
 from parsl_malleable.campaign.runner import CampaignRunner
 from parsl_malleable.campaign.spec import load_campaign, parse_campaign
 from parsl_malleable.campaign.store import CampaignIdentity, CampaignStore, FolderOwnedError
@@ -209,3 +210,25 @@ def test_a_campaign_without_a_file_owns_the_folder_by_its_content(tmp_path: Path
     changed = {**data, "jobs": [{"name": "b", "app": "m:f"}]}
     with pytest.raises(FolderOwnedError, match="'<campaign>'"):
         CampaignRunner(parse_campaign(changed), folder)
+
+
+def test_the_owner_rule_alone_accepts_moves_and_edits_and_refuses_strangers(tmp_path: Path) -> None:
+    """``owner_note`` without a store: each case of its rule, on identities made by hand."""
+    owner = CampaignIdentity("demo", "a" * 64, "/x/demo.yaml")
+    assert owner_note(tmp_path, None, None, owner, adopt=False) is None  # a fresh folder
+    assert owner_note(tmp_path, owner, None, owner, adopt=False) is None
+    moved = CampaignIdentity("renamed", "a" * 64, "/y/renamed.yaml")
+    note = owner_note(tmp_path, owner, None, moved, adopt=False)
+    assert note is not None and "renamed or moved" in str(note) and not note.notable
+    edited = CampaignIdentity("demo", "b" * 64, "/x/demo.yaml")
+    note = owner_note(tmp_path, owner, None, edited, adopt=False)
+    assert note is not None and note.notable and "was edited" in str(note)
+    stranger = CampaignIdentity("demo", "c" * 64, "/z/demo.yaml")
+    with pytest.raises(FolderOwnedError, match="belongs to campaign 'demo'"):
+        owner_note(tmp_path, owner, None, stranger, adopt=False)
+    note = owner_note(tmp_path, owner, None, stranger, adopt=True)
+    assert note is not None and note.notable and "adopts" in str(note)
+    # Written before owners were recorded: the last run's file name decides.
+    assert "before folders" in str(owner_note(tmp_path, None, "/x/demo.yaml", owner, False))
+    with pytest.raises(FolderOwnedError, match="'other'"):
+        owner_note(tmp_path, None, "/x/other.yaml", owner, adopt=False)
