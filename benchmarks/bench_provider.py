@@ -30,7 +30,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import REPO, peak_rss_mib
 
-from parsl_malleable.harvest.planning import harvest_windows, plan_blocks
+from parsl_malleable.harvest.blocks_to_submit import harvest_windows, plan_blocks
 from parsl_malleable.harvest.site_profile import SiteProfile, load_profile
 from parsl_malleable.harvest.yielding import blocks_in_the_way
 from parsl_malleable.snapshot import Node, NodeState, PendingJob, RunningJob, Snapshot

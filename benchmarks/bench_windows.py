@@ -86,7 +86,7 @@ def median_time(fn, repeat: int) -> float:
 
 
 def bench_predict(repeat: int) -> None:
-    from parsl_malleable.sim.plan import plan_queue
+    from parsl_malleable.sim.queue_forecast import plan_queue
     from parsl_malleable.windows.arrivals import ArrivalModel
     from parsl_malleable.windows.evaluate import replay_history
     from parsl_malleable.windows.predict import WindowPredictor

@@ -233,10 +233,12 @@ def _copy(tmp_path: Path) -> Path:
 def test_a_planted_back_edge_is_reported(tmp_path: Path) -> None:
     """sim (layer 3) importing windows (layer 4) is named, with both modules."""
     repo = _copy(tmp_path)
-    plan = repo / PACKAGE / "sim" / "plan.py"
-    plan.write_text(plan.read_text() + "\nfrom parsl_malleable.windows import window  # planted\n")
+    forecast = repo / PACKAGE / "sim" / "queue_forecast.py"
+    planted = "\nfrom parsl_malleable.windows import window  # planted\n"
+    forecast.write_text(forecast.read_text() + planted)
     assert layer_violations(import_graph(repo)) == [
-        "parsl_malleable.sim.plan (layer 3) imports parsl_malleable.windows.window (layer 4)"
+        "parsl_malleable.sim.queue_forecast (layer 3) imports parsl_malleable.windows.window "
+        "(layer 4)"
     ]
 
 
@@ -255,7 +257,7 @@ def test_a_planted_cycle_is_reported(tmp_path: Path) -> None:
 def test_type_checking_imports_are_not_counted(tmp_path: Path) -> None:
     """The same back-edge under ``if TYPE_CHECKING:`` never runs, so it is allowed."""
     repo = _copy(tmp_path)
-    plan = repo / PACKAGE / "sim" / "plan.py"
+    plan = repo / PACKAGE / "sim" / "queue_forecast.py"
     plan.write_text(
         plan.read_text()
         + "\nfrom typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n"

@@ -25,7 +25,7 @@ from parsl_malleable.elastic.messages import (
     Run,
 )
 from parsl_malleable.transport.server import Connection, Limits, MessageServer
-from parsl_malleable.transport.wire import CoordinatorUnavailable, RequestClient, send_message
+from parsl_malleable.transport.wire import PeerUnavailable, RequestClient, send_message
 
 PACKAGE = Path(__file__).resolve().parents[1] / "parsl_malleable"
 SECRET = "typed-wire"
@@ -73,7 +73,7 @@ def test_an_answer_of_the_wrong_shape_is_an_error_naming_the_field() -> None:
     server = _answering({"action": "run", "epoch": 1, "rank": 0})  # no world_size, no info
     try:
         client = RequestClient(*server.server_address, SECRET)
-        with pytest.raises(CoordinatorUnavailable, match=r"malformed message \(run\.world_size"):
+        with pytest.raises(PeerUnavailable, match=r"malformed message \(run\.world_size"):
             client.call(Join(member="m"), ASSIGNMENT)
         client.close()
     finally:

@@ -47,7 +47,7 @@ from parsl_malleable.elastic.settings import (
     failure_traceback,
 )
 from parsl_malleable.transport.messages import Hello, Ok
-from parsl_malleable.transport.wire import CoordinatorUnavailable, RequestClient, derive_secret
+from parsl_malleable.transport.wire import PeerUnavailable, RequestClient, derive_secret
 
 logger = logging.getLogger(__name__)
 
@@ -197,7 +197,7 @@ def run_agent(spec: AgentSpec, catalogue: dict[str, JobPayload]) -> AgentExit:
         client.call(Hello(), Ok)
         hello = AgentHello(agent=spec.agent_id, jobs=sorted(catalogue), **here)
         order = client.call(hello, ORDER)
-    except CoordinatorUnavailable as exc:
+    except PeerUnavailable as exc:
         return AgentExit(spec.agent_id, "lost", message=str(exc))
     try:
         while True:
@@ -246,7 +246,7 @@ def run_agent(spec: AgentSpec, catalogue: dict[str, JobPayload]) -> AgentExit:
                 agent=spec.agent_id, job=job, status=outcome.status, reason=outcome.reason
             )
             order = client.call(done, ORDER)
-    except CoordinatorUnavailable as exc:
+    except PeerUnavailable as exc:
         return AgentExit(spec.agent_id, "lost", message=str(exc))
     finally:
         client.close()

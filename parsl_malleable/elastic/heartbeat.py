@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pydantic import ValidationError
 
 from parsl_malleable.elastic.messages import NOTICE, DroppedNotice, Liveness, Notice, Ping
-from parsl_malleable.transport.wire import CoordinatorUnavailable, open_authenticated, send_message
+from parsl_malleable.transport.wire import PeerUnavailable, open_authenticated, send_message
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ class Heartbeat:
         self._sock, self._reader = open_authenticated(host, port, token)
         send_message(self._sock, Liveness(member=member_id).to_json())
         if self._reader.read() is None:
-            raise CoordinatorUnavailable(f"coordinator {host}:{port} refused liveness connection")
+            raise PeerUnavailable(f"coordinator {host}:{port} refused liveness connection")
         self._interval = interval_s
         self._on_notice = on_notice
         self._stop = threading.Event()

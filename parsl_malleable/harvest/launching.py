@@ -16,16 +16,16 @@ from parsl_malleable.allocate.result import BlockRequest
 from parsl_malleable.errors import StartRefused
 from parsl_malleable.harvest.block_book import BlockBook
 from parsl_malleable.harvest.block_script import write_block_files
-from parsl_malleable.harvest.book_keeping import BookKeeper
-from parsl_malleable.harvest.cancelling import Canceller
-from parsl_malleable.harvest.demand import DemandContext, DemandFn
-from parsl_malleable.harvest.ledger import JobRecord, PollReport, Slot
-from parsl_malleable.harvest.planning import (
+from parsl_malleable.harvest.blocks_to_submit import (
     block_destination,
     block_nodes,
     harvest_windows,
     plan_blocks,
 )
+from parsl_malleable.harvest.book_keeping import BookKeeper
+from parsl_malleable.harvest.cancelling import Canceller
+from parsl_malleable.harvest.demand import DemandContext, DemandFn
+from parsl_malleable.harvest.ledger import JobRecord, PollReport, Slot
 from parsl_malleable.harvest.poll_context import PollContext, logger
 from parsl_malleable.harvest.states import CancelReason
 from parsl_malleable.harvest.submission import submit_block

@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from parsl_malleable.harvest.planning import harvest_windows
+from parsl_malleable.harvest.blocks_to_submit import harvest_windows
 from parsl_malleable.harvest.site_profile import SiteProfile
 from parsl_malleable.harvest.yielding import blocks_in_the_way
 from parsl_malleable.snapshot import Node, NodeState, PendingJob, RunningJob, Snapshot

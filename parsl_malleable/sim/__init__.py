@@ -19,7 +19,7 @@ from parsl_malleable._lazy import lazy_exports
 if TYPE_CHECKING:
     from parsl_malleable.sim.availability import AvailabilityProfile
     from parsl_malleable.sim.handmade import handmade_trace
-    from parsl_malleable.sim.plan import QueuePlan, plan_queue
+    from parsl_malleable.sim.queue_forecast import QueuePlan, plan_queue
     from parsl_malleable.sim.stats import HOLE_BUCKETS, SimStats
     from parsl_malleable.sim.trace_replay import SimResult, SimulationError, node_name, simulate
     from parsl_malleable.sim.validate import WaitAgreement, wait_agreement
@@ -27,8 +27,8 @@ if TYPE_CHECKING:
 _LAZY = {
     "AvailabilityProfile": "parsl_malleable.sim.availability",
     "handmade_trace": "parsl_malleable.sim.handmade",
-    "QueuePlan": "parsl_malleable.sim.plan",
-    "plan_queue": "parsl_malleable.sim.plan",
+    "QueuePlan": "parsl_malleable.sim.queue_forecast",
+    "plan_queue": "parsl_malleable.sim.queue_forecast",
     "HOLE_BUCKETS": "parsl_malleable.sim.stats",
     "SimStats": "parsl_malleable.sim.stats",
     "SimResult": "parsl_malleable.sim.trace_replay",

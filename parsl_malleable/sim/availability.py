@@ -1,7 +1,7 @@
 """Availability profile: the free-node count of a machine as a step function of time.
 
 This is the planner core shared by the trace simulator (:mod:`parsl_malleable.sim.engine`) and
-the live-queue planner (:func:`parsl_malleable.sim.plan.plan_queue`).
+the live-queue planner (:func:`parsl_malleable.sim.queue_forecast.plan_queue`).
 
 A profile is two arrays and a length ``m``: ``pt[0:m]`` (strictly increasing times, ``pt[0]`` is
 "now") and ``pf[0:m]`` (free nodes on ``[pt[i], pt[i+1])``; the last step lasts forever).

@@ -44,11 +44,12 @@ RETRY_FOR_S = 30.0
 R = TypeVar("R")
 
 
-class CoordinatorUnavailable(MalleableError):
-    """The coordinator cannot be reached, or closed the connection (the job has ended)."""
+class PeerUnavailable(MalleableError):
+    """The server at the other end (a job's coordinator, the controller's agent server) cannot
+    be reached, or closed the connection (the job, or the run, has ended)."""
 
 
-class HandshakeBusy(CoordinatorUnavailable):
+class HandshakeBusy(PeerUnavailable):
     """The server dropped this connection during its handshake (it was evicted by newcomers, or
     every handler slot was taken): a new connection may get in."""
 
@@ -69,7 +70,7 @@ def _refused(reply: dict[str, Any], where: str) -> MalleableError:
     try:
         refusal = Refusal.model_validate(reply)
     except ValidationError:
-        return CoordinatorUnavailable(f"coordinator {where} sent no challenge")
+        return PeerUnavailable(f"coordinator {where} sent no challenge")
     if refusal.retry:
         return HandshakeBusy(f"coordinator {where} is busy: {refusal.error}")
     return MalleableError(f"coordinator refused the connection: {refusal.error}")
@@ -90,7 +91,7 @@ def _authenticate(
         try:
             nonce = Challenge.model_validate(offer).challenge
         except ValidationError:
-            raise CoordinatorUnavailable(f"coordinator {where} sent no challenge") from None
+            raise PeerUnavailable(f"coordinator {where} sent no challenge") from None
         send_message(sock, Auth(op="auth", mac=proof(token, nonce)).model_dump())
         reply = reader.read()
         if reply is None:
@@ -106,7 +107,7 @@ def _authenticate(
         raise HandshakeBusy(f"coordinator {where} reset the connection: {exc}") from exc
     except (OSError, ValueError) as exc:
         sock.close()
-        raise CoordinatorUnavailable(f"coordinator {where}: authentication failed: {exc}") from exc
+        raise PeerUnavailable(f"coordinator {where}: authentication failed: {exc}") from exc
     sock.settimeout(None)
 
 
@@ -209,7 +210,7 @@ class RequestClient:
     def call(self, request: Request, answer: type[R] | TypeAdapter[R]) -> R:
         """Send ``request`` and wait (without limit: some requests block) for its answer.
 
-        Raises :class:`CoordinatorUnavailable` when the connection fails or the answer is not
+        Raises :class:`PeerUnavailable` when the connection fails or the answer is not
         an ``answer`` (a peer of another version), :class:`MalleableError` for a refusal.
         """
         op = request.op
@@ -223,7 +224,7 @@ class RequestClient:
         except ValidationError as exc:
             first = exc.errors(include_url=False, include_input=False)[0]
             where = ".".join(str(part) for part in first["loc"]) or "answer"
-            raise CoordinatorUnavailable(
+            raise PeerUnavailable(
                 f"{self.host}:{self.port} answered {op!r} with a malformed message "
                 f"({where}: {first['msg']})"
             ) from exc
@@ -237,11 +238,11 @@ class RequestClient:
                 send_message(self._sock, message)
                 reply = self._reader.read()
             except OSError as exc:
-                raise CoordinatorUnavailable(
+                raise PeerUnavailable(
                     f"{self.host}:{self.port} dropped request {op!r}: {exc}"
                 ) from exc
         if reply is None:
-            raise CoordinatorUnavailable(f"{self.host}:{self.port} closed during {op!r}")
+            raise PeerUnavailable(f"{self.host}:{self.port} closed during {op!r}")
         return reply
 
     def close(self) -> None:
@@ -253,7 +254,7 @@ def _connect(host: str, port: int, timeout_s: float) -> socket.socket:
     try:
         sock = socket.create_connection((host, port), timeout=timeout_s)
     except OSError as exc:
-        raise CoordinatorUnavailable(f"cannot reach coordinator at {host}:{port}: {exc}") from exc
+        raise PeerUnavailable(f"cannot reach coordinator at {host}:{port}: {exc}") from exc
     sock.settimeout(None)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     return sock

@@ -2,8 +2,9 @@
 
 Each idle node's window is a distribution. One draw: sample every running job's end from the
 learned runtime/limit ratios (conditioned on the time it has already run) and every pending
-job's runtime, and play the schedule forward with :func:`~parsl_malleable.windows.planner.first_use`
-(plans still use the limits, as the real scheduler does). The window of quantile ``q`` is the
+job's runtime, and play the schedule forward with
+:func:`~parsl_malleable.windows.first_use.first_use` (plans still use the limits, as the real
+scheduler does). The window of quantile ``q`` is the
 ``q`` quantile of the node's draws: with ``q = 0.1`` the node stays idle at least that long
 with about 90% probability. Without a model (or with ``samples=0``) the prediction is the naive
 one: everything ends at its limit.
@@ -23,7 +24,7 @@ from parsl_malleable.windows.accounting import BlockCosts
 from parsl_malleable.windows.arrivals import ArrivalModel
 from parsl_malleable.windows.calibrate import WindowCalibration
 from parsl_malleable.windows.choose import expected_lengths
-from parsl_malleable.windows.planner import (
+from parsl_malleable.windows.first_use import (
     PlanInput,
     first_use,
     first_use_and_starts,

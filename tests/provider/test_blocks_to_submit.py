@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from parsl_malleable.harvest.planning import harvest_windows, plan_blocks
+from parsl_malleable.harvest.blocks_to_submit import harvest_windows, plan_blocks
 from parsl_malleable.harvest.site_profile import SiteProfile
 from parsl_malleable.schedulers.pbs import build_pbs_snapshot
 from parsl_malleable.schedulers.pbs_parse import parse_pbs_vnodes, parse_qstat_queues, serve_queues

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from parsl_malleable.allocate import ScalingCurve, TrainingJob
+from parsl_malleable.harvest.blocks_to_submit import harvest_windows
 from parsl_malleable.harvest.demand import DemandContext, allocator_demand
-from parsl_malleable.harvest.planning import harvest_windows
 from parsl_malleable.harvest.site_profile import SiteProfile
 from parsl_malleable.windows.predict import WindowPredictor
 

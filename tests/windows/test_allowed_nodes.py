@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from parsl_malleable.sim.reference_masked import reference_masked
 from parsl_malleable.snapshot import Node, NodeState, PendingJob, RunningJob, Snapshot
-from parsl_malleable.windows.planner import MAX_ATOMS, first_use_and_starts, plan_input
+from parsl_malleable.windows.first_use import MAX_ATOMS, first_use_and_starts, plan_input
 from parsl_malleable.windows.predict import WindowPredictor
 from parsl_malleable.windows.validate import check_snapshot
 

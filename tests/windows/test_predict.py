@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from parsl_malleable.errors import SnapshotError
-from parsl_malleable.sim.plan import plan_queue
+from parsl_malleable.sim.queue_forecast import plan_queue
 from parsl_malleable.snapshot import (
     Node,
     NodeState,
