@@ -35,7 +35,9 @@ to result and samples trained beside the live ones.
 
 Run: ``python benchmarks/bench_live_site.py [--minutes 20] [--modes poll,preempt,scavenger]
 [--out F]`` (each run lasts the window plus what the jobs still need; about 1 h 45 min with the
-defaults). ``--list`` prints the chosen window and its natives and exits.
+defaults). ``--list`` prints the chosen window and its natives and exits. ``--out F`` keeps each
+run's raw record too, and ``--replay-from F`` reprints the report from it, replays included,
+without the cluster: a change to the replay is checked against a recorded live run in seconds.
 """
 
 from __future__ import annotations
@@ -290,6 +292,37 @@ def replay_of(run: LiveRun, natives: list[Native], epochs: int) -> dict[str, flo
     return {j.name: j.finished - run.t0 for j in result.jobs if j.finished is not None}
 
 
+# ----------------------------------------------------------------- raw records
+
+
+def raw_record(natives: list[Native], runs: list[LiveRun], epochs: int) -> dict[str, Any]:
+    """What the report and the replays are computed from, for ``--replay-from``: a 1:1 run
+    takes almost two hours, a change to the replay's model should not need another."""
+    return {
+        "epochs": epochs,
+        "natives": [dataclasses.asdict(j) for j in natives],
+        "runs": [dataclasses.asdict(r) for r in runs],
+    }
+
+
+def load_raw(path: Path) -> tuple[list[Native], list[LiveRun], int]:
+    """The natives, runs and epochs :func:`raw_record` wrote into ``path`` (JSON turned the
+    integer keys into strings; they are turned back)."""
+    raw = json.loads(path.read_text())["raw"]
+    natives = [Native(**j) for j in raw["natives"]]
+    runs = []
+    for fields in raw["runs"]:
+        for name in ("waits", "native_nodes", "native_starts"):
+            fields[name] = {int(k): v for k, v in fields[name].items()}
+        fields["rates"] = {
+            job: {int(n): rate for n, rate in by_size.items()}
+            for job, by_size in fields["rates"].items()
+        }
+        fields["block_waits"] = None  # printed on PBS only; not part of this report
+        runs.append(LiveRun(**fields))
+    return natives, runs, int(raw["epochs"])
+
+
 # ----------------------------------------------------------------- report
 
 
@@ -380,8 +413,19 @@ def main() -> None:
         "shortens the holes below a site's)",
     )
     parser.add_argument("--list", action="store_true", help="print the window and exit")
-    parser.add_argument("--out", type=Path, help="write the figures as JSON")
+    parser.add_argument(
+        "--out", type=Path, help="write the figures, and each run's raw record, as JSON"
+    )
+    parser.add_argument(
+        "--replay-from",
+        type=Path,
+        help="no live runs: the report and replays of the runs recorded in F (an --out file)",
+    )
     args = parser.parse_args()
+    if args.replay_from is not None:
+        natives, runs, epochs = load_raw(args.replay_from)
+        report(runs, natives, epochs)
+        return
     window, natives = summit_stream(args.minutes)
     if args.squeeze != 1.0:
         natives = [
@@ -436,6 +480,7 @@ def main() -> None:
     figures = report(runs, natives, args.epochs)
     figures["window"] = vars(window)
     figures.update(extra)
+    figures["raw"] = raw_record(natives, runs, args.epochs)
     if args.out:
         args.out.write_text(json.dumps(figures, indent=1, default=str))
 

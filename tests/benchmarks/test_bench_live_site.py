@@ -87,3 +87,33 @@ def test_a_trial_checkpoints_on_the_notice_and_resumes_to_the_same_step_count(
     reference = train_reference(epochs=3, hidden=(16,), seed=0)
     assert done["steps"] == reference["steps"]
     assert done["test_accuracy"] == pytest.approx(reference["test_accuracy"], abs=1e-12)
+
+
+def test_a_recorded_run_reprints_the_same_replay_without_the_cluster(tmp_path: Path) -> None:
+    """``--out`` keeps each run's raw record, and ``--replay-from`` replays it: the runs come
+    back equal (JSON's string keys turned back into integers), and so does the replay."""
+    bench = _load("bench_live_site")
+    training = sys.modules["bench_live_training"]
+    names = list(training.NAMES)
+    natives = [bench.Native(0, 0.0, 2, 300.0, 8), bench.Native(1, 120.0, 1, 200.0, 5)]
+    run = training.LiveRun(
+        mode="poll",
+        waits={0: 1.5, 1: 0.7},
+        native_nodes={0: names[:2], 1: names[2:3]},
+        native_starts={0: 1000.0, 1: 1120.0},
+        t0=999.0,
+        t1=1400.0,
+        idle_node_s=2000.0,
+        training_node_s=1500.0,
+        rates={job: {1: 300.0 + i, 2: 540.0 + i} for i, job in enumerate(bench.SITE_JOBS)},
+        jobs_done={job: 500.0 + 10 * i for i, job in enumerate(bench.SITE_JOBS)},
+        startup_phases=[{"running": 0.1, "worker": 4.5, "joined": None}],
+    )
+    base = training.LiveRun("baseline", {0: 1.0, 1: 0.5}, {0: [], 1: []}, {}, 999.0, 1400.0, 0.0)
+    saved = tmp_path / "site.json"
+    saved.write_text(json.dumps({"raw": bench.raw_record(natives, [base, run], 3)}))
+    loaded_natives, loaded_runs, epochs = bench.load_raw(saved)
+    assert (loaded_natives, loaded_runs, epochs) == (natives, [base, run], 3)
+    replayed = bench.replay_of(run, natives, epochs)
+    assert set(replayed) == set(bench.SITE_JOBS)  # every job finishes in the replay
+    assert bench.replay_of(loaded_runs[1], loaded_natives, epochs) == replayed
