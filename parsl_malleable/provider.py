@@ -356,7 +356,7 @@ class BackfillProvider(ExecutionProvider, RepresentationMixin):
     @property
     def heartbeat_file(self) -> Path:
         """The dead-man switch's file: blocks end when it is older than the profile's
-        ``heartbeat_timeout_s`` (see :mod:`parsl_malleable.harvest.block_script`)."""
+        ``driver_timeout_s`` (see :mod:`parsl_malleable.harvest.block_script`)."""
         return Path(self.script_dir or "backfill_scripts") / f"{self.label}.heartbeat"
 
     def beat(self) -> None:
@@ -367,7 +367,7 @@ class BackfillProvider(ExecutionProvider, RepresentationMixin):
 
     def _beat_loop(self) -> None:
         # Its own thread: a poll stuck on a hung scheduler command must not stop the beat.
-        period = min(5.0, self.profile.heartbeat_timeout_s / 6)
+        period = min(5.0, self.profile.driver_timeout_s / 6)
         while not self._stop.wait(period):
             try:
                 self.beat()

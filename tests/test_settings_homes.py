@@ -34,9 +34,6 @@ REQUIRED = object()
 
 # Same name, another setting, or None meaning "the other part's default":
 DIFFERENT_MEANING = {
-    # the site profile's is the block's dead-man switch (the driver's heartbeat file), the
-    # app's a rank's liveness towards its coordinator
-    "heartbeat_timeout_s": {"SiteProfile"},
     # the site profile's caps the harvested nodes of all blocks together, not one job
     "max_nodes": {"SiteProfile"},
     # None: the controller's CoreSettings default

@@ -20,7 +20,7 @@ they do or when the scheduler kills them (PBS: at once, when its login shell die
 
 The dead-man switch: with ``heartbeat_file``, a watchdog beside the workers on every node
 checks the file's modification time every few seconds; the driver's provider touches it while
-it lives. When it is older than ``heartbeat_timeout_s`` (driver killed or done, its host or the
+it lives. When it is older than ``driver_timeout_s`` (driver killed or done, its host or the
 shared file system lost), the watchdog ends its node's processes, so the block ends by itself
 even when nothing is left to cancel it (Parsl's interchange can outlive a killed driver and keep
 its workers busy), and even when its batch script is gone (:data:`NODE_SCRIPT`).
@@ -103,7 +103,7 @@ def write_block_files(
     worker_init: str = "",
     self_signal_s: float | None = None,
     heartbeat_file: Path | None = None,
-    heartbeat_timeout_s: float = 30.0,
+    driver_timeout_s: float = 30.0,
 ) -> Path:
     """Write ``<slot>.command`` (Parsl's command), ``<slot>.node`` (what runs on each node:
     the command and the dead-man switch) and ``<slot>-<walltime>.sh`` (the batch script) into
@@ -112,7 +112,7 @@ def write_block_files(
     ``self_signal_s``: the script sends itself USR1 that long before its walltime, for
     schedulers without a signal-before-the-end option (PBS); Slurm's ``--signal`` does it there.
     ``heartbeat_file``: the dead-man switch's file (None: no switch); the block ends when it is
-    older than ``heartbeat_timeout_s``. ``worker_init`` "" runs :func:`driver_interpreter_first`.
+    older than ``driver_timeout_s``. ``worker_init`` "" runs :func:`driver_interpreter_first`.
     """
     if launcher not in LAUNCHERS:
         raise ValueError(f"launcher {launcher!r} is not one of {', '.join(LAUNCHERS)}")
@@ -125,7 +125,7 @@ def write_block_files(
             block_id=block_id,
             slot_id=slot_id,
             command_q=shlex.quote(str(command_file.resolve())),
-            watchdog=_watchdog(heartbeat_file, heartbeat_timeout_s),
+            watchdog=_watchdog(heartbeat_file, driver_timeout_s),
         )
     )
     script = directory / f"{slot_id}-{int(walltime_s)}.sh"

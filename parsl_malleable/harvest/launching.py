@@ -192,7 +192,7 @@ class Launcher:
             worker_init=profile.worker_init,
             self_signal_s=None if scheduler.signals_before_walltime else profile.signal_margin_s,
             heartbeat_file=self._heartbeat_file(),
-            heartbeat_timeout_s=profile.heartbeat_timeout_s,
+            driver_timeout_s=profile.driver_timeout_s,
         )
         name = self._book.next_name(slot.block_id)
         now = self._ctx.clock()

@@ -51,6 +51,11 @@ AUTO_STARTUPS = 4
 DEFAULT_STARTUP_S = 30.0
 
 
+# Keys renamed since 0.1.0 (old -> new). ``heartbeat_timeout_s`` also named a rank's liveness
+# timeout towards its coordinator, a different setting; the block's is the driver's.
+RENAMED_KEYS = {"heartbeat_timeout_s": "driver_timeout_s"}
+
+
 class SiteProfile(InputModel):
     """Settings of one site. Times are seconds; node counts are whole nodes."""
 
@@ -155,7 +160,7 @@ class SiteProfile(InputModel):
             "(None: only the polls)"
         ),
     )
-    heartbeat_timeout_s: float = Field(
+    driver_timeout_s: float = Field(
         30.0,
         ge=10,
         le=50,
@@ -242,6 +247,16 @@ class SiteProfile(InputModel):
             return self.min_block_s
         floor = math.ceil(AUTO_STARTUPS * startup_s / self.granularity_s) * self.granularity_s
         return min(self.max_walltime_s, max(self.granularity_s, floor))
+
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed(cls, data: Any) -> Any:
+        """A key renamed since a profile may have been written: refused, naming the new one."""
+        if isinstance(data, dict):
+            for old, new in RENAMED_KEYS.items():
+                if old in data:
+                    raise ValueError(f"{old} was renamed {new}: write {new}: {data[old]}")
+        return data
 
     @model_validator(mode="after")
     def _consistent(self) -> SiteProfile:

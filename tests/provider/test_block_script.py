@@ -110,7 +110,7 @@ def test_the_watchdog_ends_a_block_whose_driver_stopped_beating(tmp_path: Path) 
     _beat_at(beat, 120)  # the driver died two minutes ago
     script = write_block_files(
         tmp_path, slot_id="s", block_id="1", command="sleep 600", walltime_s=900,
-        launcher="none", heartbeat_file=beat, heartbeat_timeout_s=10,
+        launcher="none", heartbeat_file=beat, driver_timeout_s=10,
     )  # fmt: skip
     log = tmp_path / "stderr"
     began = time.monotonic()
@@ -142,7 +142,7 @@ def test_a_nodes_workers_end_with_the_heartbeat_even_when_the_batch_script_is_go
     started = tmp_path / "started"
     script = write_block_files(
         tmp_path, slot_id="s", block_id="1", command=f"touch {started}; exec sleep 600",
-        walltime_s=900, launcher="none", heartbeat_file=beat, heartbeat_timeout_s=2,
+        walltime_s=900, launcher="none", heartbeat_file=beat, driver_timeout_s=2,
     )  # fmt: skip
     batch = subprocess.Popen(
         ["bash", str(script)], start_new_session=True, stderr=subprocess.PIPE,
@@ -172,7 +172,7 @@ def test_a_beating_driver_keeps_its_block(tmp_path: Path) -> None:
     done = tmp_path / "done"
     script = write_block_files(
         tmp_path, slot_id="s", block_id="1", command=f"sleep 8; touch {done}", walltime_s=900,
-        launcher="none", heartbeat_file=beat, heartbeat_timeout_s=10,
+        launcher="none", heartbeat_file=beat, driver_timeout_s=10,
     )  # fmt: skip
     proc = subprocess.run(
         ["bash", str(script)], capture_output=True, text=True, timeout=60,

@@ -87,7 +87,18 @@ def test_preemption_mode_needs_a_slurm_partition_or_qos() -> None:
 
 def test_the_dead_man_switch_must_end_blocks_within_a_minute() -> None:
     # The watchdog checks every 5 s and gives the workers 2 s after TERM: 50 s keeps it < 60.
-    with pytest.raises(ConfigError, match="heartbeat_timeout_s"):
-        SiteProfile().with_overrides(heartbeat_timeout_s=55)
-    assert SiteProfile().heartbeat_timeout_s == 30
+    with pytest.raises(ConfigError, match="driver_timeout_s"):
+        SiteProfile().with_overrides(driver_timeout_s=55)
+    assert SiteProfile().driver_timeout_s == 30
     assert SiteProfile().reservations  # read by default: admin intent wins
+
+
+def test_a_renamed_key_is_refused_with_its_new_name(tmp_path: Path) -> None:
+    """``heartbeat_timeout_s`` (the block's dead-man switch) is ``driver_timeout_s`` now: an old
+    profile is told the new name, not silently given the default."""
+    path = tmp_path / "old.yaml"
+    path.write_text("partition: harvest\nheartbeat_timeout_s: 20\n")
+    with pytest.raises(ConfigError, match="heartbeat_timeout_s was renamed driver_timeout_s"):
+        load_profile(str(path))
+    path.write_text("partition: harvest\ndriver_timeout_s: 20\n")
+    assert load_profile(str(path)).driver_timeout_s == 20
