@@ -147,7 +147,7 @@ def test_a_rank_frozen_on_its_host_is_dropped_fast_and_sent_away(job: HostJob) -
     if stacks:
         warnings.warn(
             f"woken rank slow to leave: exited {time.time() - woken_at:.1f} s after SIGCONT; "
-            f"its stacks {SLOW_LEAVE_S:.0f} s after:\n{stacks[-8000:]}",
+            f"its stacks {SLOW_LEAVE_S:.0f} s after:\n{stacks[-20000:]}",
             stacklevel=1,
         )
     assert_sent_away(job, frozen.member_id, before, outcome)
