@@ -28,6 +28,12 @@ train before the start is over. Jobs report noisy throughput every ``report_s`` 
 steady running, and their pauses, as ranks do live; the controller decides exactly as it does
 live.
 
+``block_walltime_s`` (optional) serves the nodes as the live provider does: each idle interval
+is held by blocks of at most that walltime, one after another (:func:`~.idle.as_blocks`; a
+new block is a new start for the job on it), and the controller plans with each block's
+deadline, as it does live, where it cannot see when the native comes, instead of windows
+predicted from the history of idle intervals.
+
 A replay repeats exactly: the same inputs and seed give the same result on any machine under
 any load, as long as no solve stops at its wall-clock limit (the policies stop solves at a
 number of branch-and-bound nodes instead, :mod:`.policies`). The decisions it did stop are
@@ -53,7 +59,7 @@ from parsl_malleable.allocate.solve import hit_wall_clock
 from parsl_malleable.controller.core import ControllerCore, WindowSource
 from parsl_malleable.controller.model import DrainRanks, JobSpec, StartRanks
 from parsl_malleable.replay.bounds import replay_bounds
-from parsl_malleable.replay.idle import IdleTimeline
+from parsl_malleable.replay.idle import IdleTimeline, as_blocks
 from parsl_malleable.replay.policies import ReplayPolicy
 from parsl_malleable.replay.predict import HistoryWindows, NodeAges
 from parsl_malleable.replay.result import JobOutcome, ReplayResult
@@ -117,7 +123,8 @@ class Replay:
 
     A policy that plans with windows gets them from ``windows`` when given (job-trace mode:
     :class:`~parsl_malleable.replay.queue_windows.QueueWindows`), else from the history of
-    idle intervals (:class:`~parsl_malleable.replay.predict.HistoryWindows`).
+    idle intervals (:class:`~parsl_malleable.replay.predict.HistoryWindows`); with
+    ``block_walltime_s``, from the blocks' deadlines only (see the module docstring).
     """
 
     def __init__(
@@ -133,9 +140,13 @@ class Replay:
         windows: WindowSource | None = None,
         marks: Marks | None = None,
         physics: Physics | str = "runtime",
+        block_walltime_s: float | None = None,
     ) -> None:
         self.physics = physics if isinstance(physics, Physics) else Physics(physics)  # type: ignore[arg-type]
         runtime = self.physics.model == "runtime"
+        self.block_walltime_s = block_walltime_s
+        if block_walltime_s is not None:
+            timeline = as_blocks(timeline, block_walltime_s)
         self.timeline = timeline
         self.marks = marks
         self.stopped: dict[str, float] = {}  # job -> when a mark ended it
@@ -144,7 +155,8 @@ class Replay:
         self.report_s = report_s
         self.noise = noise
         self.rng = np.random.default_rng(seed)
-        history = policy.windows and windows is None
+        # Blocks carry deadlines (as live): no prediction from the history of idle intervals.
+        history = policy.windows and windows is None and block_walltime_s is None
         self.history = HistoryWindows(policy.window_quantile) if history else None
         self.ages = NodeAges(self.history) if self.history is not None else None
         source = (windows if policy.windows else None) or self.ages
@@ -231,7 +243,8 @@ class Replay:
             self.ages.since.pop(name, None)
 
     def _node_arrives(self, name: str) -> None:
-        self.core.block_update(name, self.now)
+        deadline = None if self.block_walltime_s is None else self.now + self.block_walltime_s
+        self.core.block_update(name, self.now, deadline=deadline)
         self.core.node_ready(name, name, self.now)
         if self.ages is not None:
             self.ages.since[name] = self.now

@@ -102,6 +102,27 @@ class IdleTimeline:
         )
 
 
+def as_blocks(timeline: IdleTimeline, walltime_s: float) -> IdleTimeline:
+    """``timeline`` as the live provider serves it: every idle interval cut into blocks of at
+    most ``walltime_s`` seconds, back to back (a hole longer than a block's walltime is held by
+    one block after another; each is a new start for the job on it). The pieces of one interval
+    touch, so they are not merged again (``IdleTimeline.build`` would join them)."""
+    if not walltime_s > 0:
+        raise ValueError(f"walltime_s must be > 0; got {walltime_s}")
+    pieces = np.ceil((timeline.end - timeline.start) / walltime_s).astype(np.int64)
+    first = np.repeat(np.cumsum(pieces) - pieces, pieces)
+    k = np.arange(int(pieces.sum())) - first  # the piece's index within its interval
+    start = np.repeat(timeline.start, pieces) + k * walltime_s
+    end = np.minimum(start + walltime_s, np.repeat(timeline.end, pieces))
+    return replace(
+        timeline,
+        node=np.repeat(timeline.node, pieces),
+        start=start,
+        end=end,
+        source=f"{timeline.source} (blocks of at most {walltime_s:g} s)",
+    )
+
+
 def load_idle_intervals(path: str | Path) -> IdleTimeline:
     """``node,idle_start,idle_end`` rows (plain or gzip CSV, Unix seconds), as in the Summit
     trace, read by :func:`~parsl_malleable.traces.idle.read_idle_intervals`; nodes are numbered
@@ -128,4 +149,4 @@ def idle_from_sim(result: SimResult, source: str = "") -> IdleTimeline:
     return IdleTimeline.build(names, node, start, end, source=source)
 
 
-__all__ = ["IdleTimeline", "idle_from_sim", "load_idle_intervals"]
+__all__ = ["IdleTimeline", "as_blocks", "idle_from_sim", "load_idle_intervals"]
