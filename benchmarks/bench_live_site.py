@@ -65,6 +65,7 @@ from _common import REPO
 from bench_live_harvest import NODES, Native, SlurmSite, slurm, wait_until
 from bench_live_training import (
     BATCH,
+    MODES,
     NAMES,
     LiveRun,
     baseline,
@@ -73,7 +74,9 @@ from bench_live_training import (
     live_timeline,
     measured_jobs,
     natives_done,
+    per_node_rates,
     read_natives,
+    samples_trained,
     stream_span_s,
     submit_stream,
 )
@@ -275,12 +278,20 @@ def scavenger(
 # ----------------------------------------------------------------- replay of a live run
 
 
-def replay_of(run: LiveRun, natives: list[Native], epochs: int) -> dict[str, float]:
+def replay_of(
+    run: LiveRun, natives: list[Native], epochs: int, *, as_live: bool = True
+) -> dict[str, float]:
     """The run's natives (their live starts and nodes) replayed on a simulated clock with the
     same six jobs, at the per-node rates measured live: each job's time to result from ``t0``
-    (missing: not done by the end)."""
+    (missing: not done by the end).
+
+    ``as_live``: the nodes are served as the run's provider served them, in blocks of its
+    profile's ``max_walltime_s`` whose deadlines the controller plans with (the replay's
+    ``block_walltime_s``); else as the replay's own default, windows predicted from the
+    history of idle intervals."""
     from parsl_malleable.apps.digits import load_data
 
+    from parsl_malleable.harvest.site_profile import load_profile
     from parsl_malleable.replay.engine import replay
     from parsl_malleable.replay.policies import make_policy
 
@@ -288,7 +299,8 @@ def replay_of(run: LiveRun, natives: list[Native], epochs: int) -> dict[str, flo
     timeline = live_timeline(run, natives, NAMES, end, "live site stream")
     per_epoch = len(load_data()[0])  # the digits training split
     jobs = measured_jobs(run, SITE_JOBS, float(epochs * per_epoch))
-    result = replay(timeline, jobs, make_policy("ours"), max_jobs=None)
+    walltime = load_profile(MODES[run.mode][0]).max_walltime_s if as_live else None
+    result = replay(timeline, jobs, make_policy("ours"), max_jobs=None, block_walltime_s=walltime)
     return {j.name: j.finished - run.t0 for j in result.jobs if j.finished is not None}
 
 
@@ -314,9 +326,11 @@ def load_raw(path: Path) -> tuple[list[Native], list[LiveRun], int]:
     for fields in raw["runs"]:
         for name in ("waits", "native_nodes", "native_starts"):
             fields[name] = {int(k): v for k, v in fields[name].items()}
-        fields["rates"] = {
-            job: {int(n): rate for n, rate in by_size.items()}
-            for job, by_size in fields["rates"].items()
+        # Rates and samples are derived from the epochs: derived again, so that a record
+        # written before a fix to their counting (samples_trained) is read as it is now.
+        fields["rates"] = {job: per_node_rates(e) for job, e in fields["epochs"].items()}
+        fields["samples"] = {
+            job: samples_trained(e, fields["t1"]) for job, e in fields["epochs"].items()
         }
         fields["block_waits"] = None  # printed on PBS only; not part of this report
         runs.append(LiveRun(**fields))
@@ -382,17 +396,22 @@ def report(runs: list[LiveRun], natives: list[Native], epochs: int) -> dict[str,
         }
         if run.mode == "scavenger":
             continue
-        replayed = replay_of(run, natives, epochs)
-        if len(replayed) == len(done) == len(SITE_JOBS):
+        for as_live, label in ((True, "replay"), (False, "history windows")):
+            replayed = replay_of(run, natives, epochs, as_live=as_live)
+            if not len(replayed) == len(done) == len(SITE_JOBS):
+                print(f"{'':<9} {label}: {len(replayed)} jobs done, live {len(done)}")
+                continue
             ratio = max(replayed.values()) / max(done.values())
+            mean_ratio = statistics.mean(replayed.values()) / statistics.mean(done.values())
             print(
-                f"{'':<9} replay: last done {max(replayed.values()):.0f} s "
-                f"(replay/live {ratio:.3f}); per job "
+                f"{'':<9} {label}: last done {max(replayed.values()):.0f} s (replay/live "
+                f"{ratio:.3f}), mean {statistics.mean(replayed.values()):.0f} s "
+                f"({mean_ratio:.3f}); per job "
                 + ", ".join(f"{n} {replayed[n]:.0f}/{done[n]:.0f}" for n in sorted(done))
             )
-            figures["runs"][run.mode]["replay_last_done_ratio"] = ratio
-        else:
-            print(f"{'':<9} replay: {len(replayed)} jobs done, live {len(done)}")
+            key = "replay" if as_live else "replay_history_windows"
+            figures["runs"][run.mode][f"{key}_last_done_ratio"] = ratio
+            figures["runs"][run.mode][f"{key}_mean_done_ratio"] = mean_ratio
     return figures
 
 
@@ -477,6 +496,8 @@ def main() -> None:
                     )
                 )
             print(f"# {mode}: {time.monotonic() - began:.0f} s", flush=True)
+            if args.out:  # a crash later in a two-hour run keeps the runs done so far
+                args.out.write_text(json.dumps({"raw": raw_record(natives, runs, args.epochs)}))
     figures = report(runs, natives, args.epochs)
     figures["window"] = vars(window)
     figures.update(extra)

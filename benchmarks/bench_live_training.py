@@ -118,15 +118,22 @@ class LiveRun:
     jobs_failed: dict[str, str] = field(default_factory=dict)
     # Each node's start-up phases (NodeStartup.gaps) for blocks submitted after t0.
     startup_phases: list[dict[str, float | None]] = field(default_factory=list)
+    # Each block: submitted, start, ended (s after t0), nodes, walltime, how it ended; kept in
+    # raw records so a replay's disagreement with live can be traced to the blocks.
+    block_history: list[dict[str, Any]] = field(default_factory=list)
 
 
 def samples_trained(epochs: list[dict[str, Any]], until: float) -> float:
-    """Samples the epochs trained (steps x batch x world size), counted up to ``until``."""
+    """Samples the epochs trained (steps x the global batch), counted up to ``until``.
+
+    ``BATCH`` is the apps' global batch: a step of N ranks trains BATCH samples, BATCH / N on
+    each (``apps/digits.py``). Counting BATCH per rank, as this did before, doubled every
+    two-node step and made a second node look 3.7x as fast as the first."""
     total = 0.0
     for e in epochs:
         if e.get("resumed_at") is None or e.get("last_step") is None or e["resumed_at"] > until:
             continue
-        total += (e["last_step"] - (e.get("start_step") or 0)) * BATCH * e["world_size"]
+        total += (e["last_step"] - (e.get("start_step") or 0)) * BATCH
     return total
 
 
@@ -146,7 +153,7 @@ def per_node_rates(epochs: list[dict[str, Any]]) -> dict[int, float]:
         if seconds <= 1.0:
             continue
         n = int(e["world_size"])
-        done[n] = done.get(n, 0.0) + (e["last_step"] - (e.get("start_step") or 0)) * BATCH * n
+        done[n] = done.get(n, 0.0) + (e["last_step"] - (e.get("start_step") or 0)) * BATCH
         spent[n] = spent.get(n, 0.0) + seconds
     return {n: done[n] / spent[n] for n in sorted(done)}
 
@@ -338,6 +345,7 @@ def harvest(
         yields=sum(r.cancel_reason is CancelReason.YIELD for r in history),
         startup_s=startups,
         startup_phases=[s.gaps() for s in rows],
+        block_history=[block_row(r, t0) for r in history],
     )
     if site.reports_leftovers:
         run.natives_done = site.natives_finished(ids)
@@ -354,6 +362,26 @@ def harvest(
         )
     wait_until(site.machine_idle, 120)
     return run
+
+
+def block_row(record: Any, t0: float) -> dict[str, Any]:
+    """One block's :class:`JobRecord` as plain figures, times in seconds after ``t0``."""
+
+    def since(t: float | None) -> float | None:
+        return None if t is None else round(t - t0, 3)
+
+    return {
+        "block": record.block_id,
+        "nodes": list(record.nodes or record.planned_nodes),
+        "walltime_s": record.walltime_s,
+        "window_end": since(record.window_end),
+        "submitted": since(record.submitted_at),
+        "start": since(record.start),
+        "ended": since(record.ended_at),
+        "cancel": record.cancel_reason.name if record.cancel_reason else None,
+        "end_state": str(record.end_state) if record.end_state is not None else None,
+        "message": record.message[:80],
+    }
 
 
 def live_timeline(
@@ -418,10 +446,15 @@ def measured_jobs(
 
 
 def replayed_samples(
-    run: LiveRun, natives: list[Native], calibration: Path | None, names: Sequence[str] = NAMES
+    run: LiveRun,
+    natives: list[Native],
+    calibration: Path | None,
+    names: Sequence[str] = NAMES,
+    walltime_s: float | None = None,
 ) -> float:
     """Samples the replay engine trains on this run's idle nodes (``names``) with its measured
-    rates."""
+    rates; ``walltime_s``: served in blocks of that walltime, as the run's provider served
+    them (the replay's ``block_walltime_s``)."""
     from parsl_malleable.replay.calibration import apply_calibration, load_calibration
     from parsl_malleable.replay.engine import replay
     from parsl_malleable.replay.policies import make_policy
@@ -430,13 +463,15 @@ def replayed_samples(
     jobs = measured_jobs(run, JOBS, math.inf)
     if calibration is not None:
         timeline, jobs = apply_calibration(timeline, jobs, load_calibration(calibration))
-    result = replay(timeline, jobs, make_policy("ours"), max_jobs=None)
+    result = replay(timeline, jobs, make_policy("ours"), max_jobs=None, block_walltime_s=walltime_s)
     return sum(j.trained for j in result.jobs)
 
 
 def report(
     runs: list[LiveRun], natives: list[Native], calibration: Path | None, site: Site | None = None
 ) -> None:
+    from parsl_malleable.harvest.site_profile import load_profile
+
     site = site or SlurmSite()
     measured = runs
     if runs[0].mode != "baseline":  # --no-baselines: every native's delay reads as 0
@@ -461,7 +496,8 @@ def report(
             print(row + f"{'-':>7} {run.idle_node_s:>11.0f}")
             continue
         samples = sum(run.samples.values())
-        replayed = replayed_samples(run, natives, calibration, site.nodes)
+        walltime = load_profile(MODES_OF[site.key][run.mode][0]).max_walltime_s
+        replayed = replayed_samples(run, natives, calibration, site.nodes, walltime)
         print(
             row + f"{over:>7d} {run.idle_node_s:>11.0f} "
             f"{run.harvested_node_s / run.idle_node_s:>9.0%} "

@@ -89,6 +89,30 @@ def test_a_trial_checkpoints_on_the_notice_and_resumes_to_the_same_step_count(
     assert done["test_accuracy"] == pytest.approx(reference["test_accuracy"], abs=1e-12)
 
 
+def _epochs(t: float) -> list[dict[str, Any]]:
+    """A job's membership epochs as the coordinator records them: 1,000 steps on one node in
+    100 s, then 900 steps on two in 50 s."""
+    return [
+        {"world_size": 1, "resumed_at": t, "progress_at": t + 100.0, "start_step": 0,
+         "last_step": 1000},
+        {"world_size": 2, "resumed_at": t + 101.0, "progress_at": t + 151.0,
+         "start_step": 1000, "last_step": 1900},
+    ]  # fmt: skip
+
+
+def test_a_step_counts_the_global_batch_at_any_world_size() -> None:
+    """The apps' batch is global: a step of two ranks trains BATCH samples, half on each. Counted
+    per rank, as before, a second node looked 3.7x as fast as the first and the replay of a
+    live run came out 36% optimistic."""
+    _load("bench_live_site")
+    training = sys.modules["bench_live_training"]
+    epochs = _epochs(0.0)
+    batch = training.BATCH
+    assert training.per_node_rates(epochs) == {1: 1000 * batch / 100.0, 2: 900 * batch / 50.0}
+    assert training.samples_trained(epochs, until=1e9) == 1900 * batch
+    assert training.samples_trained(epochs, until=50.0) == 1000 * batch  # resumed by then
+
+
 def test_a_recorded_run_reprints_the_same_replay_without_the_cluster(tmp_path: Path) -> None:
     """``--out`` keeps each run's raw record, and ``--replay-from`` replays it: the runs come
     back equal (JSON's string keys turned back into integers), and so does the replay."""
@@ -105,13 +129,20 @@ def test_a_recorded_run_reprints_the_same_replay_without_the_cluster(tmp_path: P
         t1=1400.0,
         idle_node_s=2000.0,
         training_node_s=1500.0,
-        rates={job: {1: 300.0 + i, 2: 540.0 + i} for i, job in enumerate(bench.SITE_JOBS)},
+        epochs={job: _epochs(1000.0 + 10 * i) for i, job in enumerate(bench.SITE_JOBS)},
         jobs_done={job: 500.0 + 10 * i for i, job in enumerate(bench.SITE_JOBS)},
         startup_phases=[{"running": 0.1, "worker": 4.5, "joined": None}],
     )
+    # Rates and samples are derived from the epochs, when the run is recorded as on reading.
+    run.rates = {job: training.per_node_rates(e) for job, e in run.epochs.items()}
+    run.samples = {job: training.samples_trained(e, run.t1) for job, e in run.epochs.items()}
     base = training.LiveRun("baseline", {0: 1.0, 1: 0.5}, {0: [], 1: []}, {}, 999.0, 1400.0, 0.0)
     saved = tmp_path / "site.json"
-    saved.write_text(json.dumps({"raw": bench.raw_record(natives, [base, run], 3)}))
+    raw = bench.raw_record(natives, [base, run], 3)
+    # A record written before the batch fix holds rates counted per rank: read, they are
+    # derived from the epochs again.
+    raw["runs"][1]["rates"] = {job: {"1": 1.0, "2": 99.0} for job in bench.SITE_JOBS}
+    saved.write_text(json.dumps({"raw": raw}, default=str))
     loaded_natives, loaded_runs, epochs = bench.load_raw(saved)
     assert (loaded_natives, loaded_runs, epochs) == (natives, [base, run], 3)
     replayed = bench.replay_of(run, natives, epochs)
