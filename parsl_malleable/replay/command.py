@@ -195,6 +195,14 @@ def write_results(results: list[ReplayResult], out: Path) -> list[Path]:
     help="Seconds from a node's taking to its first step (runtime physics; freetrain: the "
     "start pause), and the scavenger's start-up (default: 7 s; scavenger 23 s).",
 )
+@click.option(
+    "--block-walltime",
+    "block_walltime_s",
+    type=FiniteFloat(gt=0),
+    help="Serve the nodes as the live provider does: in blocks of at most S seconds (its "
+    "profile's max_walltime_s), each a new start, planned with their deadlines instead of "
+    "windows predicted from the history of idle intervals.",
+)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), help="Write CSVs here.")
 @click.option(
@@ -217,6 +225,7 @@ def replay(
     calibration_path: Path | None,
     physics: str,
     startup_s: float | None,
+    block_walltime_s: float | None,
     seed: int,
     out: Path | None,
     wide: bool,
@@ -260,6 +269,7 @@ def replay(
                         max_jobs=max_jobs,
                         seed=seed,
                         physics=Physics(physics, startup_s),  # type: ignore[arg-type]
+                        block_walltime_s=block_walltime_s,
                     )
             results.append(result)
             console.print(f"{name}: done in {result.wall_s:.1f} s")

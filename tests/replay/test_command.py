@@ -113,7 +113,12 @@ def test_a_time_limited_count_shows_only_when_some_decision_was_stopped():
 def test_the_physics_and_start_up_options_reach_the_replay():
     args = ["replay", "--demo", "--days", "0.2", "--jobs", "4", "--policy", "freetrain"]
     runs = {}
-    for extra in ([], ["--startup", "300"], ["--physics", "freetrain"]):
+    for extra in (
+        [],
+        ["--startup", "300"],
+        ["--physics", "freetrain"],
+        ["--block-walltime", "600"],
+    ):
         result = CliRunner().invoke(main, [*args, *extra])
         assert result.exit_code == 0, result.output
         (row,) = [line for line in result.output.splitlines() if line.startswith("freetrain ")]
@@ -121,3 +126,5 @@ def test_the_physics_and_start_up_options_reach_the_replay():
     # A 300 s start-up trains less than the measured 7 s; FreeTrain's model differs again.
     assert runs["--startup 300"] < runs[""]
     assert runs["--physics freetrain"] != runs[""]
+    # Blocks of 10 minutes: each a new start, so less trained than on whole holes.
+    assert runs["--block-walltime 600"] < runs[""]
