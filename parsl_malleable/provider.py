@@ -291,6 +291,11 @@ class BackfillProvider(ExecutionProvider, RepresentationMixin):
         user's wins); whether it was taken."""
         return self.launcher.use_demand(demand)
 
+    def demand_changed(self) -> None:
+        """Poll now: the controller's demand grew (see ``HarvestingProvider``). Wakes that
+        come together are one poll."""
+        self._wake.set()
+
     def measured_startup(self, seconds: float) -> None:
         """The start-up the controller measured (block submitted -> first step), which sizes
         blocks under ``min_block_s: auto``."""

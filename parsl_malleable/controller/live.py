@@ -185,6 +185,9 @@ class Controller:
             self.core.add_job(spec, self.clock())
             self.jobs.add(spec.name, job)
         job.coordinator.start()
+        if isinstance(self.executor.provider, HarvestingProvider):
+            # Else the provider sees the new demand only at its next poll (5 s at most here).
+            self.executor.provider.demand_changed()
         logger.info(
             "job %s registered: %d-%d nodes, priority %g, curve %s",
             spec.name,

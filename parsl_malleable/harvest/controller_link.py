@@ -2,11 +2,11 @@
 
 The controller (``controller/live.py``, ``controller/blocks.py``) reaches a
 :class:`~parsl_malleable.provider.BackfillProvider` only through :class:`HarvestingProvider`: it
-reads the provider's blocks and history, listens for yields, hands over its node demand and
-its measured start-up, and reads the site's drain margin. It never imports the provider's class
-(a layer above it) nor writes the provider's attributes. A provider without these methods
-(Parsl's ``LocalProvider``, say) is not a harvesting one: the controller then learns blocks from
-the agents that connect.
+reads the provider's blocks and history, listens for yields, hands over its node demand (and
+says when it grew) and its measured start-up, and reads the site's drain margin. It never
+imports the provider's class (a layer above it) nor writes the provider's attributes. A
+provider without these methods (Parsl's ``LocalProvider``, say) is not a harvesting one: the
+controller then learns blocks from the agents that connect.
 """
 
 from __future__ import annotations
@@ -37,6 +37,11 @@ class HarvestingProvider(Protocol):
     def use_demand(self, demand: DemandFn) -> bool:
         """Hold the nodes ``demand`` asks for, unless the user gave a demand at construction;
         whether it was taken."""
+        ...
+
+    def demand_changed(self) -> None:
+        """The demand has grown (a job registered): poll now, not at the next interval, so a
+        campaign's first blocks are submitted when its first job is, not a poll later."""
         ...
 
     def measured_startup(self, seconds: float) -> None:
