@@ -38,6 +38,7 @@ Run: ``python benchmarks/bench_live_site.py [--minutes 20] [--modes poll,preempt
 defaults). ``--list`` prints the chosen window and its natives and exits. ``--out F`` keeps each
 run's raw record too, and ``--replay-from F`` reprints the report from it, replays included,
 without the cluster: a change to the replay is checked against a recorded live run in seconds.
+``benchmarks/records/site-2026-12-05.json`` is the run of docs/benchmarks.md (poll, preempt).
 """
 
 from __future__ import annotations
