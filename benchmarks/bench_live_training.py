@@ -264,7 +264,11 @@ def harvest(
     )
     htex = harvest_executor(provider)
     done_at: dict[str, float] = {}
-    with parsl.load(Config(executors=[htex], run_dir=str(run_dir / "runinfo"))):
+    # Parsl's strategy opens the first blocks at its first run after load: every second, as a
+    # campaign runs it (campaign/spec.py), not Parsl's default 5 s, which held the first blocks
+    # back 4-5 s in the site run of 2026-12-05.
+    config = Config(executors=[htex], run_dir=str(run_dir / "runinfo"), strategy_period=1)
+    with parsl.load(config):
         controller = configure(htex)
         jobs = {}
         submitted_jobs_at = time.time()

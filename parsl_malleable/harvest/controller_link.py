@@ -40,8 +40,7 @@ class HarvestingProvider(Protocol):
         ...
 
     def demand_changed(self) -> None:
-        """The demand has grown (a job registered): poll now, not at the next interval, so a
-        campaign's first blocks are submitted when its first job is, not a poll later."""
+        """The demand has grown (a job registered): poll now, not at the next interval."""
         ...
 
     def measured_startup(self, seconds: float) -> None:

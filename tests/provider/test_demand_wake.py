@@ -1,5 +1,5 @@
-"""A job's registration wakes the provider's poll: a campaign's first blocks go out when its
-first job comes, not up to a poll interval later (4-5 s of the site run's first start-up)."""
+"""A job's registration wakes the provider's poll: the blocks a new job wants go out when it
+comes, not up to a poll interval later."""
 
 from __future__ import annotations
 
