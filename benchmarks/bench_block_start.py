@@ -21,7 +21,8 @@ benchmark (5 s polls without the queue watch; no agent warm-up: the rank imports
 first optimizer imports ``torch._dynamo``, after the node was given to it; the data split by
 scikit-learn in every rank; a decision debounce of 0.5 s), except that agents import only their
 own module (main imported the whole controller package with them: about 2 s more);
-``after`` is the shipped profile and controller now. ``--load``
+``after`` is the shipped profile and controller now; ``parsl-pool`` is ``after`` with Parsl's
+own ``process_worker_pool.py`` instead of ``parsl-malleable-pool``. ``--load``
 runs each variant a second time with one CPU-bound process beside it.
 
 Run: ``python benchmarks/bench_block_start.py [--cycles 8] [--load] [--out F]`` (about 3
@@ -59,6 +60,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "env": "PM_DATA_CACHE=none",
     },
     "after": {"provider": {}, "warm": True, "debounce_s": None},
+    # As shipped, but the pool started by Parsl's own process_worker_pool.py (no launcher).
+    "parsl-pool": {"provider": {}, "warm": True, "debounce_s": None, "htex": "parsl"},
 }
 
 
@@ -136,7 +139,12 @@ def run_variant(
         slots=6,
         **variant["provider"],
     )
-    htex = harvest_executor(provider)
+    if variant.get("htex") == "parsl":
+        from parsl.executors.high_throughput.executor import DEFAULT_LAUNCH_CMD
+
+        htex = harvest_executor(provider, launch_cmd=DEFAULT_LAUNCH_CMD)
+    else:
+        htex = harvest_executor(provider)
     samples: list[Sample] = []
     pauses: list[tuple[str, float]] = []
     settings = {"debounce_s": variant["debounce_s"]} if variant["debounce_s"] is not None else {}

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from parsl.executors import HighThroughputExecutor
+from parsl.executors.high_throughput.executor import DEFAULT_LAUNCH_CMD
 from parsl.jobs.states import JobState as ParslState
 from parsl.jobs.states import JobStatus as ParslStatus
 from parsl.providers.base import ExecutionProvider
@@ -545,12 +546,18 @@ class BackfillProvider(ExecutionProvider, RepresentationMixin):
         return ParslStatus(ParslState.PENDING, "waiting for an idle window")
 
 
+# Parsl's pool command with the lighter launcher (harvest/worker_pool.py): same arguments.
+POOL_LAUNCH_CMD = DEFAULT_LAUNCH_CMD.replace("process_worker_pool.py", "parsl-malleable-pool", 1)
+
+
 def harvest_executor(
     provider: BackfillProvider, label: str = "harvest", **htex_options: Any
 ) -> HighThroughputExecutor:
     """A HighThroughputExecutor set up for ``provider`` and the malleable-app controller.
 
-    Defaults, each overridable through ``htex_options``: one worker per rank and
+    Defaults, each overridable through ``htex_options``: the pool started by
+    ``parsl-malleable-pool`` (:mod:`~parsl_malleable.harvest.worker_pool`: a second faster to
+    a node's first step), one worker per rank and
     ``ranks_per_node`` ranks per node (one per GPU, pinned with ``available_accelerators``),
     the :func:`~parsl_malleable.harvest.error_handler.backfill_error_handler`, and heartbeats
     of 2 s / 10 s so that a lost node is noticed in seconds, not minutes. The interchange
@@ -560,6 +567,7 @@ def harvest_executor(
     safe_name(label, "executor label")  # Parsl puts it into run directories and log names
     profile = provider.profile
     options: dict[str, Any] = {
+        "launch_cmd": POOL_LAUNCH_CMD,
         "max_workers_per_node": profile.node_ranks,
         "block_error_handler": backfill_error_handler,
         "heartbeat_period": 2,
