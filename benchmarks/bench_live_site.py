@@ -66,10 +66,10 @@ from _common import REPO
 from bench_live_harvest import NODES, Native, SlurmSite, slurm, wait_until
 from bench_live_training import (
     BATCH,
-    MODES,
     NAMES,
     LiveRun,
     baseline,
+    block_walltime_s,
     harvest,
     idle_node_seconds,
     live_timeline,
@@ -292,7 +292,6 @@ def replay_of(
     history of idle intervals."""
     from parsl_malleable.apps.digits import load_data
 
-    from parsl_malleable.harvest.site_profile import load_profile
     from parsl_malleable.replay.engine import replay
     from parsl_malleable.replay.policies import make_policy
 
@@ -300,7 +299,7 @@ def replay_of(
     timeline = live_timeline(run, natives, NAMES, end, "live site stream")
     per_epoch = len(load_data()[0])  # the digits training split
     jobs = measured_jobs(run, SITE_JOBS, float(epochs * per_epoch))
-    walltime = load_profile(MODES[run.mode][0]).max_walltime_s if as_live else None
+    walltime = block_walltime_s(SlurmSite.key, run.mode) if as_live else None
     result = replay(timeline, jobs, make_policy("ours"), max_jobs=None, block_walltime_s=walltime)
     return {j.name: j.finished - run.t0 for j in result.jobs if j.finished is not None}
 

@@ -123,17 +123,29 @@ class LiveRun:
     block_history: list[dict[str, Any]] = field(default_factory=list)
 
 
-def samples_trained(epochs: list[dict[str, Any]], until: float) -> float:
-    """Samples the epochs trained (steps x the global batch), counted up to ``until``.
+def epoch_samples(epoch: dict[str, Any]) -> float:
+    """Samples one membership epoch trained: its steps x ``BATCH``, the apps' global batch (a
+    step of N ranks trains BATCH samples, BATCH / N on each: ``apps/digits.py``)."""
+    return (epoch["last_step"] - (epoch.get("start_step") or 0)) * BATCH
 
-    ``BATCH`` is the apps' global batch: a step of N ranks trains BATCH samples, BATCH / N on
-    each (``apps/digits.py``). Counting BATCH per rank, as this did before, doubled every
-    two-node step and made a second node look 3.7x as fast as the first."""
+
+def block_walltime_s(site_key: str, mode: str) -> float:
+    """The walltime the run's provider gave its blocks (its profile's ``max_walltime_s``):
+    what a replay of the run serves nodes in (the replay's ``block_walltime_s``)."""
+    from parsl_malleable.harvest.site_profile import load_profile
+
+    return load_profile(MODES_OF[site_key][mode][0]).max_walltime_s
+
+
+def samples_trained(epochs: list[dict[str, Any]], until: float) -> float:
+    """Samples the epochs trained (:func:`epoch_samples`), counted up to ``until``. (Counting
+    BATCH per rank, as this did before, doubled every two-node step and made a second node
+    look 3.7x as fast as the first.)"""
     total = 0.0
     for e in epochs:
         if e.get("resumed_at") is None or e.get("last_step") is None or e["resumed_at"] > until:
             continue
-        total += (e["last_step"] - (e.get("start_step") or 0)) * BATCH
+        total += epoch_samples(e)
     return total
 
 
@@ -153,7 +165,7 @@ def per_node_rates(epochs: list[dict[str, Any]]) -> dict[int, float]:
         if seconds <= 1.0:
             continue
         n = int(e["world_size"])
-        done[n] = done.get(n, 0.0) + (e["last_step"] - (e.get("start_step") or 0)) * BATCH
+        done[n] = done.get(n, 0.0) + epoch_samples(e)
         spent[n] = spent.get(n, 0.0) + seconds
     return {n: done[n] / spent[n] for n in sorted(done)}
 
@@ -474,8 +486,6 @@ def replayed_samples(
 def report(
     runs: list[LiveRun], natives: list[Native], calibration: Path | None, site: Site | None = None
 ) -> None:
-    from parsl_malleable.harvest.site_profile import load_profile
-
     site = site or SlurmSite()
     measured = runs
     if runs[0].mode != "baseline":  # --no-baselines: every native's delay reads as 0
@@ -500,7 +510,7 @@ def report(
             print(row + f"{'-':>7} {run.idle_node_s:>11.0f}")
             continue
         samples = sum(run.samples.values())
-        walltime = load_profile(MODES_OF[site.key][run.mode][0]).max_walltime_s
+        walltime = block_walltime_s(site.key, run.mode)
         replayed = replayed_samples(run, natives, calibration, site.nodes, walltime)
         print(
             row + f"{over:>7d} {run.idle_node_s:>11.0f} "
