@@ -293,14 +293,16 @@ class BookKeeper:
     def _preempted_by_site(self, ended: list[JobRecord], states: dict[str, Any]) -> set[str]:
         """The ended blocks Slurm preempted (preemption mode). A preempted block whose workers
         left within the grace time ends with their exit status (FAILED, COMPLETED), not
-        PREEMPTED, and a preemption must not count towards giving up."""
+        PREEMPTED, and a preemption must not count towards giving up. Blocks never seen
+        running are asked about too: one can start and be preempted between two polls (a
+        native job that arrives seconds after the block started), and Slurm's PreemptTime
+        says so either way."""
         if self._ctx.profile.preemption == "none":
             return set()
         candidates = [
             r.job_id
             for r in ended
             if r.cancel_reason is None
-            and r.start is not None
             and states[r.job_id].state not in (JobState.PREEMPTED, JobState.TIMEOUT)
         ]
         return self._ctx.scheduler.preempted(candidates) if candidates else set()

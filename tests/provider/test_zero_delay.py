@@ -207,6 +207,27 @@ def test_preemption_mode_a_native_job_gets_block_nodes_without_a_poll(
     assert not any(r.cancel_reason is CancelReason.YIELD for r in provider.history())
 
 
+def test_a_block_preempted_before_any_poll_saw_it_run_is_not_a_failure(
+    natives: Natives, providers: Make
+) -> None:
+    provider = providers(profile="slurm-preempt", autostart=False, max_consecutive_failures=1)
+    provider.submit("sleep 600", 1, "parsl.htex.block-0")
+    provider.poll_once()  # submits the block, after this poll's own look at the queue
+    [block] = provider.blocks()
+    assert block.phase is Phase.PENDING
+    # It starts, and a native job preempts it, with no poll of ours in between: its worker
+    # ends on Slurm's SIGTERM, so the job ends FAILED, not PREEMPTED.
+    assert wait_for(
+        lambda: job_states(natives.cluster, [block.job_id])[block.job_id][0] == "RUNNING", 60
+    )
+    native = natives.submit("-N6", "-t", "2", "--wrap", "sleep 30")
+    assert wait_for(lambda: job_states(natives.cluster, [native])[native][0] == "RUNNING", 60)
+    provider.poll_once()
+    [record] = [r for r in provider.history() if r.job_id == block.job_id]
+    assert record.end_state is P.TIMEOUT and "preempted" in record.message, record.message
+    assert not provider.gave_up  # one failure would have been enough to give up
+
+
 def test_a_refused_start_test_is_logged_once_with_slurms_words(
     natives: Natives,
     providers: Make,
