@@ -1,52 +1,135 @@
-"""Parsl's worker pool, started with one interpreter fewer importing Parsl and torch warming.
+"""Parsl's worker pool, its processes forked from a server that has Parsl and torch imported.
 
 A block's node runs ``process_worker_pool.py``. That script is its own ``__main__``, and the pool
 starts its processes with multiprocessing's *spawn*, which runs the parent's main script again
 in every child: the pool's manager server and its worker each import all of Parsl before they
 do anything (about 0.8 s each here, one after the other), and only then does the worker take
-the agent task, whose first rank imports torch (about 1.5 s more).
+the agent task, whose first rank imports torch and its first optimizer's lazy imports (about
+2.3 s more).
 
 ``parsl-malleable-pool`` (this module's :func:`main`, a console script) runs the same pool with
 the same arguments: it imports Parsl's pool module and runs that module's own ``__main__``
-block in the module's namespace, so nothing of Parsl's start-up is copied here. Its children
-then run only this small module again as their main script: the manager server imports nothing
-of Parsl (0.75 s less to a pool's first task here), and each HTEX worker starts importing torch
-(:mod:`parsl_malleable.elastic.warm`) in a thread at once, while it imports the pool module that
-its target comes from. The two imports share the worker's GIL, so the worker is ready a little
-later (0.2-0.3 s), but its agent's rank no longer waits for torch (0.7 s sooner). Measured on
-the local cluster in docs/benchmarks.md ("Node idle to first training step"): a node's warm
-start 5.89 s against 6.75 s with Parsl's own pool script.
+block in the module's namespace, so nothing of Parsl's start-up is copied here. Before that,
+at its first line, it forks multiprocessing's *fork server* from itself and gives the pool that
+start method in place of spawn. The server imports :mod:`~parsl_malleable.harvest.pool_preload`
+(torch, its first optimizer's lazy imports, then Parsl's pool module) while the pool imports
+Parsl, each on a core of the node's own; the pool's manager server and workers are forks of it,
+so a worker is ready with both imports paid and a rank no longer waits for torch. A pool's
+first task with torch ready: 3.1 s after the block's start against 5.1 s with Parsl's script
+(idle machine, docs/benchmarks.md), and no interpreter is started for the server.
+
+Parsl's pool is written for spawn, and what spawn guarantees holds: no child inherits the
+pool's threads, sockets or locks, because the server is forked before the pool makes any and
+forks children only from its own single thread; and no child inherits a torch thread pool,
+because the server never runs a parallel operation. Its socket is multiprocessing's, in a
+private temporary folder (mode 0600). Parsl's import is made without Globus Compute's SDK,
+which the pool never uses and which starts a thread at import. Where the server cannot be
+forked here (threads already running, a multiprocessing whose fork server this module does not
+know), multiprocessing starts it as a fresh interpreter with the same preload; where the
+platform has no fork server, the pool spawns as Parsl's does.
 """
 
 from __future__ import annotations
 
 import ast
+import importlib
 import inspect
-import logging
 import multiprocessing
+import multiprocessing.connection
+import multiprocessing.context
+import multiprocessing.forkserver
+import multiprocessing.resource_tracker
+import os
+import socket
+import sys
 import threading
+import traceback
+from types import ModuleType
+from typing import Any
 
 POOL_MODULE = "parsl.executors.high_throughput.process_worker_pool"
-# Parsl names the pool's worker processes so (process_worker_pool.Manager._start_worker).
-WORKER_NAME_PREFIX = "HTEX-Worker-"
+PRELOAD_MODULE = "parsl_malleable.harvest.pool_preload"
+# The name in Parsl's pool module of the context it starts every process with.
+POOL_CONTEXT_NAME = "SpawnContext"
+# multiprocessing's fork server entry point, as this module calls it (CPython 3.10-3.13).
+_SERVER_MAIN_PARAMETERS = ["listener_fd", "alive_r", "preload", "main_path", "sys_path"]
+_SERVER_STATE = ("_forkserver_address", "_forkserver_alive_fd", "_forkserver_pid", "_lock")
 
-logger = logging.getLogger(__name__)
 
-
-def _warm_torch() -> None:
+def import_pool_module() -> ModuleType:
+    """Parsl's pool module, imported without Globus Compute's SDK (Parsl's Globus Compute
+    executor then says the SDK is missing; the pool never builds one). Later imports of the
+    SDK, by a task in a worker, work as usual."""
+    if "globus_compute_sdk" in sys.modules:
+        return importlib.import_module(POOL_MODULE)
+    sys.modules["globus_compute_sdk"] = None  # type: ignore[assignment]  # import -> ImportError
     try:
-        import parsl_malleable.elastic.warm  # noqa: F401  (importing it pays torch's start-up)
-    except Exception:  # a worker without torch still serves every other task
-        logger.debug("warming torch in a worker failed", exc_info=True)
+        return importlib.import_module(POOL_MODULE)
+    finally:
+        del sys.modules["globus_compute_sdk"]
 
 
-def _warm_if_spawned_worker() -> None:
-    """In a pool's spawned HTEX worker, import torch in the background from the start. (A
-    spawned child has its name while it imports its main script, before multiprocessing knows
-    its parent: the name is what tells a worker from the manager's server or the pool.)"""
-    if not multiprocessing.current_process().name.startswith(WORKER_NAME_PREFIX):
-        return  # the pool itself, or the manager's server: neither needs torch
-    threading.Thread(target=_warm_torch, name="warm-torch", daemon=True).start()
+def _server_forkable_here() -> bool:
+    server: Any = multiprocessing.forkserver._forkserver
+    try:
+        parameters = list(inspect.signature(multiprocessing.forkserver.main).parameters)
+    except (TypeError, ValueError):
+        return False
+    return (
+        parameters == _SERVER_MAIN_PARAMETERS
+        and all(hasattr(server, name) for name in _SERVER_STATE)
+        and server._forkserver_pid is None
+        and threading.current_thread() is threading.main_thread()
+        and threading.active_count() == 1
+    )
+
+
+def _fork_server() -> None:
+    """Start multiprocessing's fork server as a fork of this process, as
+    ``ForkServer.ensure_running`` would start it as a new interpreter (same socket, same pipe,
+    same preload), and record it where multiprocessing looks for it."""
+    server: Any = multiprocessing.forkserver._forkserver
+    multiprocessing.resource_tracker.ensure_running()
+    with server._lock, socket.socket(socket.AF_UNIX) as listener:
+        address = multiprocessing.connection.arbitrary_address("AF_UNIX")  # type: ignore[attr-defined]
+        listener.bind(address)
+        os.chmod(address, 0o600)
+        listener.listen()
+        # Every client holds the write end of "alive": when all have ended, the server does.
+        alive_r, alive_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the server: it never returns into the pool's code
+            code = 0
+            try:
+                os.close(alive_w)
+                multiprocessing.forkserver.main(listener.fileno(), alive_r, [PRELOAD_MODULE])
+            except SystemExit:
+                pass  # every client has ended
+            except BaseException:
+                traceback.print_exc()
+                code = 1
+            finally:
+                os._exit(code)
+        os.close(alive_r)
+        server._forkserver_address = address
+        server._forkserver_alive_fd = alive_w
+        server._forkserver_pid = pid
+
+
+def start_preloaded_context() -> multiprocessing.context.BaseContext:
+    """A multiprocessing context whose children are forks of a server that has imported
+    :data:`PRELOAD_MODULE` (and whatever this process had imported, where the server could be
+    forked from it). The server starts now and imports in the background; spawn where the
+    platform has no fork server."""
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
+    context = multiprocessing.get_context("forkserver")
+    if _server_forkable_here():
+        _fork_server()
+    else:
+        context.set_forkserver_preload([PRELOAD_MODULE])
+        multiprocessing.forkserver.ensure_running()
+    return context
 
 
 def _main_block(source: str) -> ast.Module:
@@ -68,15 +151,17 @@ def _main_block(source: str) -> ast.Module:
 
 def main() -> None:
     """Run Parsl's worker pool with the command line's arguments (see the module docstring)."""
-    import importlib
-
-    pool = importlib.import_module(POOL_MODULE)
+    # First, while this process has imported nothing: the server's imports then run beside
+    # the pool's own import of Parsl, where a node has a core for each.
+    context = start_preloaded_context()
+    pool = import_pool_module()
+    if not hasattr(pool, POOL_CONTEXT_NAME):
+        raise RuntimeError(f"{POOL_MODULE} has no {POOL_CONTEXT_NAME}: this Parsl is not supported")
+    setattr(pool, POOL_CONTEXT_NAME, context)
     block = _main_block(inspect.getsource(pool))
     # Parsl's own start-up, in its own namespace: the pool's classes and its worker function
-    # keep their module's name, which is what the spawned children import them by.
+    # keep their module's name, which is what the children import them by.
     exec(compile(block, inspect.getfile(pool), "exec"), vars(pool))  # noqa: S102
 
 
-_warm_if_spawned_worker()
-
-__all__ = ["main"]
+__all__ = ["POOL_MODULE", "PRELOAD_MODULE", "import_pool_module", "main", "start_preloaded_context"]

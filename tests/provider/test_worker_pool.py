@@ -1,11 +1,14 @@
-"""``parsl-malleable-pool``: Parsl's own worker pool, started with a lighter main script (its
-spawned manager server imports nothing of Parsl) and torch warming in each worker."""
+"""``parsl-malleable-pool``: Parsl's own worker pool, its workers forked from a server that
+imported Parsl's pool module and torch before the first fork."""
 
 from __future__ import annotations
 
 import importlib
 import inspect
+import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import parsl
@@ -31,24 +34,27 @@ def test_parsls_main_block_is_found_and_a_module_without_one_is_refused() -> Non
 _WHERE = """
 def where():
     import multiprocessing
+    import os
     import sys
-    import time
+    from pathlib import Path
 
-    # The worker's warm-up imports torch in a thread from the worker's start: wait for it
-    # rather than take its absence at once for an answer (a loaded machine is slower).
-    deadline = time.monotonic() + 60
-    while "parsl_malleable.elastic.warm" not in sys.modules and time.monotonic() < deadline:
-        time.sleep(0.05)
-    main = sys.modules["__main__"]
+    def cmdline_and_parent(pid):
+        proc = Path(f"/proc/{pid}")
+        parent = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        return (proc / "cmdline").read_bytes().replace(b"\\0", b" ").decode(), parent
+
+    parent, grandparent = cmdline_and_parent(os.getppid())
     return (
         multiprocessing.current_process().name,
-        str(getattr(main, "__file__", "")),
+        parent,
+        cmdline_and_parent(grandparent)[0],
+        # asked at once: a fork of the preloaded server has it before it runs anything
         "parsl_malleable.elastic.warm" in sys.modules,
     )
 """
 
 
-def test_a_pool_started_by_the_launcher_runs_tasks_in_a_worker_that_warmed_torch(
+def test_a_pool_started_by_the_launcher_runs_tasks_in_a_fork_that_preloaded_torch(
     tmp_path: Path,
 ) -> None:
     if shutil.which("parsl-malleable-pool") is None:
@@ -65,26 +71,84 @@ def test_a_pool_started_by_the_launcher_runs_tasks_in_a_worker_that_warmed_torch
         provider=LocalProvider(init_blocks=1, min_blocks=1, max_blocks=1),
     )
     with parsl.load(Config(executors=[htex], run_dir=str(tmp_path / "runinfo"))):
-        name, main, warmed = where().result(timeout=180)
-    assert name.startswith(worker_pool.WORKER_NAME_PREFIX)
-    assert Path(main).name == "parsl-malleable-pool"  # the launcher is the worker's main script
-    assert warmed
+        name, parent, grandparent, preloaded = where().result(timeout=180)
+    assert name.startswith("HTEX-Worker-")  # Parsl's worker, not some other process
+    # worker <- fork server <- pool: the server is a fork of the launcher, so both are it
+    # (spawned by the pool, the worker's parent would be the pool, and its grandparent the
+    # block's shell)
+    assert "parsl-malleable-pool" in parent and "parsl-malleable-pool" in grandparent
+    assert preloaded
 
 
-def test_the_warm_up_runs_only_in_a_pools_worker(monkeypatch: pytest.MonkeyPatch) -> None:
-    started: list[str] = []
+_CONTEXT_SCRIPT = """
+import json
+import os
+import sys
+import threading
 
-    class Thread:
-        def __init__(self, target: object, name: str, daemon: bool) -> None:
-            started.append(name)
+from parsl_malleable.harvest import worker_pool
 
-        def start(self) -> None:
-            pass
 
-    monkeypatch.setattr(worker_pool.threading, "Thread", Thread)
-    process = worker_pool.multiprocessing.current_process()
-    for name, warms in [("MainProcess", False), ("SyncManager-1", False), ("HTEX-Worker-3", True)]:
-        monkeypatch.setattr(process, "name", name)
-        started.clear()
-        worker_pool._warm_if_spawned_worker()
-        assert started == (["warm-torch"] if warms else []), name
+def report(queue):
+    queue.put({"parent": os.getppid(), "torch": "torch" in sys.modules})
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "busy":  # a thread already running: the server cannot be forked here
+        threading.Thread(target=threading.Event().wait, daemon=True).start()
+    context = worker_pool.start_preloaded_context()
+    queue = context.Queue()
+    child = context.Process(target=report, args=(queue,))
+    child.start()
+    seen = queue.get(timeout=120)
+    child.join(timeout=60)
+    server = worker_pool.multiprocessing.forkserver._forkserver._forkserver_pid
+    cmdline = open(f"/proc/{seen['parent']}/cmdline", "rb").read().replace(b"\\0", b" ")
+    print(json.dumps({
+        "method": context.get_start_method(),
+        "child_of_server": seen["parent"] == server,
+        "server_cmdline": cmdline.decode(),
+        "torch": seen["torch"],
+        "exitcode": child.exitcode,
+    }))
+"""
+
+
+@pytest.mark.parametrize("where", ["quiet", "busy"])
+def test_a_childs_parent_is_the_preloaded_server_forked_here_or_started_fresh(
+    tmp_path: Path, where: str
+) -> None:
+    script = tmp_path / "context.py"
+    script.write_text(_CONTEXT_SCRIPT)
+    done = subprocess.run(
+        [sys.executable, str(script), where], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout.splitlines()[-1])
+    assert seen["method"] == "forkserver" and seen["child_of_server"] and seen["exitcode"] == 0
+    assert seen["torch"]  # the child began with the preload imported
+    if where == "quiet":  # forked from the script: its command line, no interpreter of its own
+        assert str(script) in seen["server_cmdline"]
+    else:  # multiprocessing's own fresh server, with the same preload
+        assert "multiprocessing.forkserver" in seen["server_cmdline"]
+        assert worker_pool.PRELOAD_MODULE in seen["server_cmdline"]
+
+
+def test_without_a_fork_server_the_pool_spawns_as_parsls_does(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(
+        worker_pool.multiprocessing, "get_all_start_methods", lambda: ["spawn", "fork"]
+    )
+    assert worker_pool.start_preloaded_context().get_start_method() == "spawn"
+
+
+def test_parsls_pool_module_is_imported_without_globus_computes_sdk() -> None:
+    code = (
+        "import sys; from parsl_malleable.harvest import worker_pool; "
+        "worker_pool.import_pool_module(); import threading; "
+        "print('globus_compute_sdk' in sys.modules, threading.active_count())"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "1"]  # no SDK, and so no SDK thread to fork beside
