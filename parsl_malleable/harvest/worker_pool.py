@@ -124,10 +124,11 @@ def start_preloaded_context() -> multiprocessing.context.BaseContext:
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")
     context = multiprocessing.get_context("forkserver")
+    # Also what a server multiprocessing starts again (if this one dies) preloads.
+    context.set_forkserver_preload([PRELOAD_MODULE])
     if _server_forkable_here():
         _fork_server()
     else:
-        context.set_forkserver_preload([PRELOAD_MODULE])
         multiprocessing.forkserver.ensure_running()
     return context
 
