@@ -5,7 +5,8 @@ a :class:`BackfillProvider` in preemption mode (profile ``slurm-preempt``). Nati
 (partition ``batch``, one per node) keep every node busy except the holes the benchmark opens:
 
 1. at the start every holder but the one on ``n1`` is running; ``n1``'s hole is the job's cold
-   start (first block, first group);
+   start (first block, first group). With ``--first-nodes K`` (and ``--cycles 0``), ``n1`` to
+   ``nK`` are idle at the start: the K first blocks of a campaign, started at once;
 2. each cycle cancels the holders of ``--hole-nodes`` other nodes (default 1; the nodes are idle
    when ``scancel`` returns and squeue no longer lists them), waits until each freed node's rank has
    made its first step, then resubmits the holders there (Slurm preempts the blocks) and waits
@@ -23,7 +24,8 @@ scikit-learn in every rank; a decision debounce of 0.5 s), except that agents im
 own module (main imported the whole controller package with them: about 2 s more);
 ``after`` is the shipped profile and controller now; ``parsl-pool`` is ``after`` with Parsl's
 own ``process_worker_pool.py`` instead of ``parsl-malleable-pool``. ``--load``
-runs each variant a second time with one CPU-bound process beside it.
+runs each variant a second time with one CPU-bound process beside it. The driver runs Parsl's
+strategy every second, as a campaign does.
 
 Run: ``python benchmarks/bench_block_start.py [--cycles 8] [--load] [--out F]`` (about 3
 minutes per variant; ``PM_BENCH_EVENTS=F`` also dumps the job's coordinator events, epochs and
@@ -107,9 +109,10 @@ class Sample:
 
 
 def run_variant(
-    name: str, cycles: int, hole_nodes: int, step_s: float, load: bool
+    name: str, cycles: int, hole_nodes: int, step_s: float, load: bool, first_nodes: int = 1
 ) -> tuple[list[Sample], list[tuple[str, float]]]:
-    """Samples of one variant and the job's rescale pauses (kind, seconds)."""
+    """Samples of one variant and the job's rescale pauses (kind, seconds). The first
+    ``first_nodes`` nodes are idle from the start (cold starts); cycles free the others."""
     import parsl
     from parsl.config import Config
     from parsl_malleable.apps.digits import train_elastic
@@ -124,9 +127,12 @@ def run_variant(
     if burner is not None:
         burner.start()
     work = Path(tempfile.mkdtemp(prefix=f"pm-bbs-{name}-"))
-    for node in NODES[1:]:
+    cold_nodes, others = NODES[:first_nodes], NODES[first_nodes:]
+    if cycles and not others:
+        raise ValueError("cycles need a node held by a native job: lower --first-nodes")
+    for node in others:
         hold(node)
-    if not wait_until(lambda: set(holders_running()) >= set(NODES[1:]), 60, 0.1):
+    if not wait_until(lambda: set(holders_running()) >= set(others), 60, 0.1):
         raise RuntimeError("the holder jobs did not start: is the cluster idle?")
     provider = BackfillProvider(
         "slurm-preempt",
@@ -148,7 +154,10 @@ def run_variant(
     samples: list[Sample] = []
     pauses: list[tuple[str, float]] = []
     settings = {"debounce_s": variant["debounce_s"]} if variant["debounce_s"] is not None else {}
-    with parsl.load(Config(executors=[htex], run_dir=str(work / "runinfo"))):
+    # Parsl's strategy every second, as a campaign runs it (campaign/spec.py): it opens the
+    # first blocks at its first run.
+    config = Config(executors=[htex], run_dir=str(work / "runinfo"), strategy_period=1)
+    with parsl.load(config):
         controller = configure(htex, settings=CoreSettings(**settings), warm_agents=variant["warm"])
         app = malleable_app(checkpoint_dir=str(work / "ckpt"), max_nodes=6, checkpoint_every=100)
         # Trains until the driver closes (the job then fails, which is expected here).
@@ -168,13 +177,14 @@ def run_variant(
                 if e.block in blocks and (e.node in ("", sample.node)):
                     sample.phases.setdefault(str(e.phase), e.time)
 
-        # cold start: n1 was never held
-        cold = Sample("n1", True, time.time())
-        if not wait_until(lambda: "n1" in first_steps(), 180, 0.1):
-            raise RuntimeError(f"{name}: no first step on n1: {controller.state()}")
-        collect(cold, cold.idle)
-        samples.append(cold)
-        others = NODES[1:]
+        # cold starts: the first nodes were never held (a campaign's first blocks)
+        started = time.time()
+        cold = [Sample(node, True, started) for node in cold_nodes]
+        if not wait_until(lambda: set(cold_nodes) <= set(first_steps()), 180, 0.1):
+            raise RuntimeError(f"{name}: no first step on {cold_nodes}: {controller.state()}")
+        for sample in cold:
+            collect(sample, started)
+        samples.extend(cold)
         for cycle in range(cycles):
             freed = [others[(cycle * hole_nodes + i) % len(others)] for i in range(hole_nodes)]
             held = holders_running()
@@ -244,14 +254,15 @@ def summary(samples: list[Sample]) -> dict[str, Any]:
 
 def print_variant(label: str, samples: list[Sample], pauses: list[tuple[str, float]]) -> None:
     """One table per variant: median and p90 of each phase, cold start and warm joins apart."""
-    print(f"\n{label}: {len(samples)} nodes ({sum(s.cold for s in samples)} cold start)")
+    print(f"\n{label}: {len(samples)} nodes ({sum(s.cold for s in samples)} cold starts)")
     print(f"{'phase':<24} {'median s':>9} {'p90 s':>7} {'n':>3}")
     for phase, row in summary(samples).items():
         if row:
             print(f"{phase:<24} {row['median']:>9.2f} {row['p90']:>7.2f} {row['n']:>3d}")
-    warm = summary([s for s in samples if not s.cold])["idle->first step"]
-    if warm:
-        print(f"{'idle->first step, warm':<24} {warm['median']:>9.2f} {warm['p90']:>7.2f}")
+    for kind, cold in (("cold", True), ("warm", False)):
+        row = summary([s for s in samples if s.cold is cold])["idle->first step"]
+        if row:
+            print(f"{'idle->first step, ' + kind:<24} {row['median']:>9.2f} {row['p90']:>7.2f}")
     for kind in ("up", "down"):
         values = [p for k, p in pauses if k == kind]
         if values:
@@ -283,6 +294,9 @@ def main() -> None:
     parser.add_argument("--step-s", type=float, default=0.05)
     parser.add_argument("--variants", default="before,after")
     parser.add_argument("--load", action="store_true")
+    parser.add_argument(
+        "--first-nodes", type=int, default=1, help="nodes idle at the start (cold starts)"
+    )
     parser.add_argument("--out", help="write every sample as JSON")
     parser.add_argument("--calibration", help="write the replay's calibration file here")
     args = parser.parse_args()
@@ -290,7 +304,9 @@ def main() -> None:
     for load in [False, True] if args.load else [False]:
         for name in args.variants.split(","):
             label = f"{name}{' +load' if load else ''}"
-            samples, pauses = run_variant(name, args.cycles, args.hole_nodes, args.step_s, load)
+            samples, pauses = run_variant(
+                name, args.cycles, args.hole_nodes, args.step_s, load, args.first_nodes
+            )
             results[label] = {
                 "summary": summary(samples),
                 "samples": [s.__dict__ for s in samples],
