@@ -556,8 +556,8 @@ def harvest_executor(
     """A HighThroughputExecutor set up for ``provider`` and the malleable-app controller.
 
     Defaults, each overridable through ``htex_options``: the pool started by
-    ``parsl-malleable-pool`` (:mod:`~parsl_malleable.harvest.worker_pool`: a second faster to
-    a node's first step), one worker per rank and
+    ``parsl-malleable-pool`` (:mod:`~parsl_malleable.harvest.worker_pool`: workers forked from
+    a server that imported torch and Parsl once), one worker per rank and
     ``ranks_per_node`` ranks per node (one per GPU, pinned with ``available_accelerators``),
     the :func:`~parsl_malleable.harvest.error_handler.backfill_error_handler`, and heartbeats
     of 2 s / 10 s so that a lost node is noticed in seconds, not minutes. The interchange
