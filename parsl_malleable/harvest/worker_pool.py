@@ -22,11 +22,11 @@ Parsl's pool is written for spawn, and what spawn guarantees holds: no child inh
 pool's threads, sockets or locks, because the server is forked before the pool makes any and
 forks children only from its own single thread; and no child inherits a torch thread pool,
 because the server never runs a parallel operation. Its socket is multiprocessing's, in a
-private temporary folder (mode 0600). Parsl's import is made without Globus Compute's SDK,
-which the pool never uses and which starts a thread at import. Where the server cannot be
-forked here (threads already running, a multiprocessing whose fork server this module does not
-know), multiprocessing starts it as a fresh interpreter with the same preload; where the
-platform has no fork server, the pool spawns as Parsl's does.
+private temporary folder (mode 0600). Parsl's import is made without Globus Compute's SDK
+and SQLAlchemy, which the pool never uses (the SDK starts a thread at import). Where the
+server cannot be forked here (threads already running, a multiprocessing whose fork server
+this module does not know), multiprocessing starts it as a fresh interpreter with the same
+preload; where the platform has no fork server, the pool spawns as Parsl's does.
 """
 
 from __future__ import annotations
@@ -52,21 +52,34 @@ PRELOAD_MODULE = "parsl_malleable.harvest.pool_preload"
 # The name in Parsl's pool module of the context it starts every process with.
 POOL_CONTEXT_NAME = "SpawnContext"
 # multiprocessing's fork server entry point, as this module calls it (CPython 3.10-3.13).
+# Optional packages Parsl imports whole but a pool never uses: Globus Compute's SDK (0.22 s,
+# and it starts a thread at import, which a fork must not find) and SQLAlchemy (Parsl's
+# monitoring database; 0.17 s). Each process that imports Parsl saves them.
+POOL_SKIPS = ("globus_compute_sdk", "sqlalchemy")
 _SERVER_MAIN_PARAMETERS = ["listener_fd", "alive_r", "preload", "main_path", "sys_path"]
 _SERVER_STATE = ("_forkserver_address", "_forkserver_alive_fd", "_forkserver_pid", "_lock")
 
 
 def import_pool_module() -> ModuleType:
-    """Parsl's pool module, imported without Globus Compute's SDK (Parsl's Globus Compute
-    executor then says the SDK is missing; the pool never builds one). Later imports of the
-    SDK, by a task in a worker, work as usual."""
-    if "globus_compute_sdk" in sys.modules:
-        return importlib.import_module(POOL_MODULE)
-    sys.modules["globus_compute_sdk"] = None  # type: ignore[assignment]  # import -> ImportError
+    """Parsl's pool module, imported without the optional packages :data:`POOL_SKIPS` (Parsl
+    then says they are missing where it would use them: its Globus Compute executor and its
+    monitoring database, both on the driver's side, never in a pool). Later imports of them,
+    by a task in a worker, work as usual. A Parsl that needs one of them gets it: the import
+    is made again with it."""
+    if POOL_MODULE in sys.modules:
+        return sys.modules[POOL_MODULE]
+    skipped = [name for name in POOL_SKIPS if name not in sys.modules]
+    for name in skipped:
+        sys.modules[name] = None  # type: ignore[assignment]  # import -> ImportError
     try:
         return importlib.import_module(POOL_MODULE)
+    except ImportError as exc:
+        if exc.name not in skipped:
+            raise
     finally:
-        del sys.modules["globus_compute_sdk"]
+        for name in skipped:
+            del sys.modules[name]
+    return importlib.import_module(POOL_MODULE)
 
 
 def _server_forkable_here() -> bool:
@@ -90,7 +103,10 @@ def _fork_server() -> None:
     same preload), and record it where multiprocessing looks for it."""
     server: Any = multiprocessing.forkserver._forkserver
     multiprocessing.resource_tracker.ensure_running()
-    with server._lock, socket.socket(socket.AF_UNIX) as listener:
+    # Not under server._lock: every fork of the server would inherit it held, and a process
+    # started from a worker (a DataLoader's) would wait for it forever. No other thread runs
+    # here (_server_forkable_here).
+    with socket.socket(socket.AF_UNIX) as listener:
         address = multiprocessing.connection.arbitrary_address("AF_UNIX")  # type: ignore[attr-defined]
         listener.bind(address)
         os.chmod(address, 0o600)
@@ -165,4 +181,11 @@ def main() -> None:
     exec(compile(block, inspect.getfile(pool), "exec"), vars(pool))  # noqa: S102
 
 
-__all__ = ["POOL_MODULE", "PRELOAD_MODULE", "import_pool_module", "main", "start_preloaded_context"]
+__all__ = [
+    "POOL_MODULE",
+    "POOL_SKIPS",
+    "PRELOAD_MODULE",
+    "import_pool_module",
+    "main",
+    "start_preloaded_context",
+]

@@ -82,6 +82,7 @@ def test_a_pool_started_by_the_launcher_runs_tasks_in_a_fork_that_preloaded_torc
 
 _CONTEXT_SCRIPT = """
 import json
+import multiprocessing
 import os
 import sys
 import threading
@@ -89,8 +90,17 @@ import threading
 from parsl_malleable.harvest import worker_pool
 
 
+def nothing():
+    pass
+
+
 def report(queue):
-    queue.put({"parent": os.getppid(), "torch": "torch" in sys.modules})
+    # A process started from the child with its default context, as a DataLoader in a worker
+    # starts its own: it must start and end (a lock inherited held would hang it).
+    nested = multiprocessing.get_context().Process(target=nothing)
+    nested.start()
+    nested.join(timeout=120)
+    queue.put({"parent": os.getppid(), "torch": "torch" in sys.modules, "nested": nested.exitcode})
 
 
 if __name__ == "__main__":
@@ -100,7 +110,7 @@ if __name__ == "__main__":
     queue = context.Queue()
     child = context.Process(target=report, args=(queue,))
     child.start()
-    seen = queue.get(timeout=120)
+    seen = queue.get(timeout=240)
     child.join(timeout=60)
     server = worker_pool.multiprocessing.forkserver._forkserver._forkserver_pid
     cmdline = open(f"/proc/{seen['parent']}/cmdline", "rb").read().replace(b"\\0", b" ")
@@ -110,6 +120,7 @@ if __name__ == "__main__":
         "server_cmdline": cmdline.decode(),
         "torch": seen["torch"],
         "exitcode": child.exitcode,
+        "nested": seen["nested"],
     }))
 """
 
@@ -127,6 +138,7 @@ def test_a_childs_parent_is_the_preloaded_server_forked_here_or_started_fresh(
     seen = json.loads(done.stdout.splitlines()[-1])
     assert seen["method"] == "forkserver" and seen["child_of_server"] and seen["exitcode"] == 0
     assert seen["torch"]  # the child began with the preload imported
+    assert seen["nested"] == 0  # and can start processes of its own
     if where == "quiet":  # forked from the script: its command line, no interpreter of its own
         assert str(script) in seen["server_cmdline"]
     else:  # multiprocessing's own fresh server, with the same preload
@@ -143,12 +155,25 @@ def test_without_a_fork_server_the_pool_spawns_as_parsls_does(
     assert worker_pool.start_preloaded_context().get_start_method() == "spawn"
 
 
-def test_parsls_pool_module_is_imported_without_globus_computes_sdk() -> None:
+def test_parsls_pool_module_is_imported_without_the_packages_a_pool_never_uses() -> None:
     code = (
-        "import sys; from parsl_malleable.harvest import worker_pool; "
-        "worker_pool.import_pool_module(); import threading; "
-        "print('globus_compute_sdk' in sys.modules, threading.active_count())"
+        "import sys, threading; from parsl_malleable.harvest import worker_pool; "
+        "worker_pool.import_pool_module(); "
+        "print(*[n in sys.modules for n in worker_pool.POOL_SKIPS], threading.active_count()); "
+        "import sqlalchemy"  # a task in a worker may still import one
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["False", "1"]  # no SDK, and so no SDK thread to fork beside
+    # none imported, and so no Globus Compute thread to fork beside
+    assert done.stdout.split() == ["False", "False", "1"]
+
+
+def test_a_package_parsl_needs_is_not_skipped() -> None:
+    code = (
+        "import sys; from parsl_malleable.harvest import worker_pool; "
+        "worker_pool.POOL_SKIPS = ('zmq',); "  # Parsl's pool cannot start without it
+        "pool = worker_pool.import_pool_module(); print(pool.__name__, 'zmq' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [worker_pool.POOL_MODULE, "True"]
