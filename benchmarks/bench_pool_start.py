@@ -97,7 +97,7 @@ def main() -> None:
     for load in [False, True] if args.load else [False]:
         burners = [
             multiprocessing.Process(target=burn, daemon=True)
-            for _ in range(os.cpu_count() or 1 if load else 0)
+            for _ in range((os.cpu_count() or 1) if load else 0)
         ]
         for burner in burners:
             burner.start()

@@ -15,8 +15,9 @@ start method in place of spawn. The server imports :mod:`~parsl_malleable.harves
 (torch, its first optimizer's lazy imports, then Parsl's pool module) while the pool imports
 Parsl, each on a core of the node's own; the pool's manager server and workers are forks of it,
 so a worker is ready with both imports paid and a rank no longer waits for torch. A pool's
-first task with torch ready: 3.1 s after the block's start against 5.1 s with Parsl's script
-(idle machine, docs/benchmarks.md), and no interpreter is started for the server.
+first task with torch ready: 3.35 s after the block's start against 5.79 s with Parsl's script
+(``benchmarks/bench_pool_start.py``, idle machine), and no interpreter is started for the
+server.
 
 Parsl's pool is written for spawn, and what spawn guarantees holds: no child inherits the
 pool's threads, sockets or locks, because the server is forked before the pool makes any and
@@ -51,11 +52,11 @@ POOL_MODULE = "parsl.executors.high_throughput.process_worker_pool"
 PRELOAD_MODULE = "parsl_malleable.harvest.pool_preload"
 # The name in Parsl's pool module of the context it starts every process with.
 POOL_CONTEXT_NAME = "SpawnContext"
-# multiprocessing's fork server entry point, as this module calls it (CPython 3.10-3.13).
 # Optional packages Parsl imports whole but a pool never uses: Globus Compute's SDK (0.22 s,
 # and it starts a thread at import, which a fork must not find) and SQLAlchemy (Parsl's
 # monitoring database; 0.17 s). Each process that imports Parsl saves them.
 POOL_SKIPS = ("globus_compute_sdk", "sqlalchemy")
+# multiprocessing's fork server entry point and state, as this module uses them (CPython 3.11).
 _SERVER_MAIN_PARAMETERS = ["listener_fd", "alive_r", "preload", "main_path", "sys_path"]
 _SERVER_STATE = ("_forkserver_address", "_forkserver_alive_fd", "_forkserver_pid", "_lock")
 
