@@ -445,9 +445,12 @@ class BackfillProvider(ExecutionProvider, RepresentationMixin):
             self._wake.wait(max(0.05, wait))
 
     def _queue_changed(self) -> bool:
-        """Whether a native job arrived or ended since the last snapshot (a watch query)."""
+        """Whether a native job arrived or ended since the last snapshot (a watch query).
+
+        Asked while a block runs (an arrival may need its nodes) or while a slot waits for an
+        idle window (an end may open one); otherwise no query."""
         snap = self.last_snapshot
-        if snap is None or not self._has_running_blocks():
+        if snap is None or not (self._has_running_blocks() or self.launcher.waiting_for_window):
             return False
         try:
             now = self.scheduler.queue_signature()

@@ -67,6 +67,9 @@ class Launcher:
         self._script_dir = script_dir
         self._submit_failures = 0  # in a row
         self.submit_error = ""  # the last poll's failed submit, in the scheduler's words
+        # The last poll left a slot waiting, with no idle window at all or fewer nodes placed
+        # than wanted: a native job's end between polls is then worth a poll at once.
+        self.waiting_for_window = False
 
     @property
     def demand(self) -> DemandFn | None:
@@ -86,6 +89,7 @@ class Launcher:
         """Fill waiting slots with new blocks where windows open (tested first if the profile
         says so); a failed submit is in :attr:`submit_error`."""
         self.submit_error = ""
+        self.waiting_for_window = False
         profile = self._ctx.profile
         with self._book.lock:
             if self._keeper.gave_up:
@@ -113,6 +117,10 @@ class Launcher:
             self._explain_no_window(snap, busy, floor)
         if profile.test_start:
             requests = self._tested(requests, report)
+        # With no window at all a demand callable cannot say what it would want from one.
+        self.waiting_for_window = len(requests) < len(waiting) and (
+            not windows or want > sum(req.nodes for req in requests)
+        )
         for slot, req in zip(waiting, requests, strict=False):
             self._submit_job(slot, req.nodes, req.walltime_s, req.node_ids, req.window_s, report)
 

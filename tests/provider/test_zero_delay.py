@@ -250,3 +250,26 @@ def test_a_refused_start_test_is_logged_once_with_slurms_words(
     said = [r.getMessage() for r in caplog.records if words in r.getMessage()]
     assert len(said) == 1, said
     assert provider.history() == []
+
+
+def test_the_queue_watch_submits_a_block_when_a_native_frees_a_node_and_none_runs(
+    natives: Natives, providers: Make
+) -> None:
+    # Every node busy with a native job: the first poll finds no window and runs no block.
+    # Polls are far apart, so only the queue watch (1 s) can see the node freed in time.
+    holders = [natives.submit("-N1", "-t", "5", "--wrap", "sleep 600") for _ in range(6)]
+    assert wait_for(
+        lambda: all(s == "RUNNING" for s, _ in job_states(natives.cluster, holders).values()), 60
+    )
+    poll_s = 600.0
+    provider = providers(profile="slurm-preempt", poll_interval_s=poll_s, max_blocks=1)
+    provider.submit("sleep 600", 1, "parsl.htex.block-0")
+    assert wait_for(lambda: provider.polls >= 1, 60)
+    assert provider.blocks() == [] and provider.launcher.waiting_for_window
+    freed = time.monotonic()
+    subprocess.run(
+        ["scancel", holders[0]], env={**os.environ, **natives.cluster.env}, check=True, timeout=30
+    )
+    assert wait_for(lambda: provider.blocks() != [], 120), provider.last_report
+    assert time.monotonic() - freed < poll_s / 4  # the watch's poll, not the interval's
+    assert provider.polls >= 2
