@@ -78,6 +78,31 @@ class ProviderBlocks:
             if info.phase in (Phase.RUNNING, Phase.YIELDING)
         ]
 
+    @property
+    def looks(self) -> int:
+        """How many times the provider has looked at the scheduler (its polls)."""
+        return self.provider.polls
+
+    def ended_blocks(self, keys: set[str]) -> dict[str, BlockView]:
+        """Those of ``keys`` the provider recorded as ended, as it recorded them. A block that
+        started and ended between two of its polls was never listed by :meth:`blocks`; its
+        submission and start come from here (one pass over the provider's records)."""
+        found: dict[str, BlockView] = {}
+        for record in self.provider.history():
+            key = block_key(record.block_id, record.job_id)
+            if key in keys and record.ended_at is not None:
+                start = record.start if record.start is not None else record.start_reported
+                found[key] = BlockView(
+                    key=key,
+                    parsl_block=record.block_id,
+                    nodes=record.nodes or record.planned_nodes,
+                    deadline=record.deadline,
+                    yielding=False,
+                    submitted_at=record.submitted_at,
+                    started_at=start,
+                )
+        return found
+
     def ended_at(self, key: str) -> float | None:
         """When the provider saw the scheduler job of block ``key`` end (None: not seen)."""
         for record in reversed(self.provider.history()):

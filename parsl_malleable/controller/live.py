@@ -40,7 +40,13 @@ from parsl_malleable.controller.agent_link import (
     RunRank,
 )
 from parsl_malleable.controller.agent_pool import AgentPool
-from parsl_malleable.controller.blocks import BlockDiff, BlockSource, ProviderBlocks, block_key
+from parsl_malleable.controller.blocks import (
+    BlockDiff,
+    BlockSource,
+    BlockView,
+    ProviderBlocks,
+    block_key,
+)
 from parsl_malleable.controller.core import ControllerCore, CoreSettings
 from parsl_malleable.controller.driver_cleanup import track_executor
 from parsl_malleable.controller.job_book import ControlledJob, JobBook
@@ -57,6 +63,9 @@ logger = logging.getLogger(__name__)
 _ATTRIBUTE = "_malleable_controller"
 # The start-up told to the provider is the median of this many latest nodes.
 STARTUP_WINDOW = 20
+# A block an agent came from that its provider has not recorded after this long is not one of
+# its blocks (or its record was lost): its start is no longer looked for.
+UNLISTED_FORGET_S = 600.0
 
 
 def stop_before_shutdown(executor: HighThroughputExecutor, stop: Callable[[], None]) -> None:
@@ -132,6 +141,11 @@ class Controller:
             warm=warm_agents,
         )
         self._seen_blocks: dict[str, str] = {}  # block key -> Parsl block id
+        # Blocks an agent said hello from that the source has not listed yet, with when: one
+        # that started and ended between two of the provider's polls is never listed, and its
+        # submission and start are then read from the provider's records of ended blocks.
+        self._unlisted: dict[str, float] = {}
+        self._unlisted_looks = -1  # the provider's poll count at the last such read
         # Block key -> the nodes its scheduler job holds (the last read of the source).
         self._block_nodes: dict[str, tuple[str, ...]] = {}
         self._blocks = BlockDiff()
@@ -305,6 +319,8 @@ class Controller:
                 return None
             link = self.agents.arrive(hello, key, self._block_nodes.get(key, ()))
             self._seen_blocks.setdefault(key, link.parsl_block)
+            if key not in self._blocks.listed:
+                self._unlisted.setdefault(key, now)
             peers = self.agents.node_links(node_id)
             if len(peers) >= link.local_size and all(p.job is None for p in peers):
                 self.core.node_ready(node_id, key, now, name=link.node_name)
@@ -389,13 +405,9 @@ class Controller:
         self._block_nodes = {view.key: view.nodes for view in views}
         for view in views:
             self._seen_blocks[view.key] = view.parsl_block
-            if view.submitted_at is not None:
-                self.phases.record(view.key, BlockPhase.SUBMITTED, view.submitted_at)
-            if view.started_at is not None:
-                # Slurm gives whole seconds: a start in the second of the submission is not
-                # before it.
-                started = max(view.started_at, view.submitted_at or view.started_at)
-                self.phases.record(view.key, BlockPhase.RUNNING, started)
+            self._stamp_start(view)
+            self._unlisted.pop(view.key, None)
+        self._stamp_unlisted(now)
         for key in self._blocks.apply(views, self.core, now):
             ended_at = getattr(self.source, "ended_at", None)
             self.phases.record(key, BlockPhase.ENDED, (ended_at and ended_at(key)) or now)
@@ -407,6 +419,32 @@ class Controller:
             if b.yielding and k in self._seen_blocks
         }
         self.agents.hold_leaving(leaving)
+
+    def _stamp_start(self, view: BlockView) -> None:
+        if view.submitted_at is not None:
+            self.phases.record(view.key, BlockPhase.SUBMITTED, view.submitted_at)
+        if view.started_at is not None:
+            # Slurm gives whole seconds: a start in the second of the submission is not
+            # before it.
+            started = max(view.started_at, view.submitted_at or view.started_at)
+            self.phases.record(view.key, BlockPhase.RUNNING, started)
+
+    def _stamp_unlisted(self, now: float) -> None:
+        """Submission and start of blocks the source never listed, from its records of ended
+        blocks; read once per provider poll (its records change only then)."""
+        looks = getattr(self.source, "looks", None)
+        ended_blocks = getattr(self.source, "ended_blocks", None)
+        if not self._unlisted or looks is None or ended_blocks is None:
+            self._unlisted.clear()
+            return
+        if looks == self._unlisted_looks:
+            return
+        self._unlisted_looks = looks
+        for key, view in ended_blocks(set(self._unlisted)).items():
+            self._stamp_start(view)
+            del self._unlisted[key]
+        for key in [k for k, t in self._unlisted.items() if now - t > UNLISTED_FORGET_S]:
+            del self._unlisted[key]  # never recorded by this provider: another's, or lost
 
     def _feed_measurements(self) -> None:
         for name, job in self.jobs.running.items():

@@ -199,6 +199,8 @@ class BookKeeper:
                 if st is None:
                     continue
                 if st.state is JobState.UNKNOWN or st.state.finished:
+                    if rec.start is None and st.start is not None:
+                        rec.start_reported = st.start
                     state = JobState.PREEMPTED if rec.job_id in preempted else st.state
                     self._end(rec, state, now, st.end_limit)
                     report.ended.append(rec.job_id)

@@ -49,6 +49,11 @@ class HarvestingProvider(Protocol):
         ...
 
     @property
+    def polls(self) -> int:
+        """How many polls the provider has run (its history changes only at one)."""
+        ...
+
+    @property
     def drain_margin_s(self) -> float | None:
         """The site's drain margin (seconds before a block's end its ranks leave), if set."""
         ...

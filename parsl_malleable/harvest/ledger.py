@@ -58,6 +58,9 @@ class JobRecord:
     cancel_attempts: int = 0  # failed cancels so far (they back off, then give up)
     cancel_given_up: bool = False
     seen_running_at: float | None = None  # the first snapshot that showed it running
+    # The start the scheduler reported for a job no poll saw running (it started and ended
+    # between two): its start-up phases only; ``start`` stays None (never seen running).
+    start_reported: float | None = None
     # When its walltime runs out by the provider's count: the start the scheduler reports
     # (else ``seen_running_at``) plus ``walltime_s``; harvest/walltime.py ends it soon after.
     walltime_end: float | None = None

@@ -19,6 +19,7 @@ import psutil
 import pytest
 from parsl.jobs.states import JobState as P
 
+from parsl_malleable.controller.blocks import ProviderBlocks, block_key
 from parsl_malleable.harvest.ledger import Phase
 from parsl_malleable.harvest.states import CancelReason
 from parsl_malleable.provider import BackfillProvider
@@ -226,6 +227,12 @@ def test_a_block_preempted_before_any_poll_saw_it_run_is_not_a_failure(
     [record] = [r for r in provider.history() if r.job_id == block.job_id]
     assert record.end_state is P.TIMEOUT and "preempted" in record.message, record.message
     assert not provider.gave_up  # one failure would have been enough to give up
+    # Never seen running, yet its start-up phases are known: Slurm's start, kept apart.
+    assert record.start is None and record.start_reported is not None
+    assert record.submitted_at - 1 <= record.start_reported <= time.time()
+    key = block_key(record.block_id, record.job_id)
+    [view] = ProviderBlocks(provider).ended_blocks({key, "0/no-such-job"}).values()
+    assert (view.submitted_at, view.started_at) == (record.submitted_at, record.start_reported)
 
 
 def test_a_refused_start_test_is_logged_once_with_slurms_words(
