@@ -170,20 +170,35 @@ def run_variant(
                 if e.phase is BlockPhase.FIRST_STEP
             }
 
-        def collect(sample: Sample, seen_before: float) -> None:
-            events = [e for e in controller.phases.events() if e.time >= seen_before - 2]
-            blocks = {e.block for e in events if e.node == sample.node}
-            for e in events:
-                if e.block in blocks and (e.node in ("", sample.node)):
+        def first_block(sample: Sample) -> str | None:
+            """The block that gave the sample's node its first step after it went idle."""
+            for e in controller.phases.events():
+                if (
+                    e.phase is BlockPhase.FIRST_STEP
+                    and e.node == sample.node
+                    and e.time >= sample.idle - 2
+                ):
+                    return e.block
+            return None
+
+        def collect(sample: Sample) -> None:
+            block = first_block(sample)
+            for e in controller.phases.events():
+                if e.block == block and e.node in ("", sample.node):
                     sample.phases.setdefault(str(e.phase), e.time)
+
+        def stamped(sample: Sample) -> bool:
+            block = first_block(sample)
+            return any(
+                e.block == block and e.phase is BlockPhase.SUBMITTED
+                for e in controller.phases.events()
+            )
 
         # cold starts: the first nodes were never held (a campaign's first blocks)
         started = time.time()
         cold = [Sample(node, True, started) for node in cold_nodes]
         if not wait_until(lambda: set(cold_nodes) <= set(first_steps()), 180, 0.1):
             raise RuntimeError(f"{name}: no first step on {cold_nodes}: {controller.state()}")
-        for sample in cold:
-            collect(sample, started)
         samples.extend(cold)
         for cycle in range(cycles):
             freed = [others[(cycle * hole_nodes + i) % len(others)] for i in range(hole_nodes)]
@@ -203,12 +218,16 @@ def run_variant(
 
             if not wait_until(all_stepped, 120, 0.1):
                 print(f"# {name} cycle {cycle}: not every freed node trained within 120 s")
-            for s in cycle_samples:
-                collect(s, idle)
             samples.extend(cycle_samples)
             for node in freed:
                 hold(node)
             wait_until(lambda f=freed: set(holders_running()) >= set(f), 90, 0.1)
+        # A block preempted before a poll saw it run gets its submission and start stamps
+        # from the provider's record once a poll has seen it end: read the phases last.
+        poll_s = provider.profile.poll_interval_s
+        wait_until(lambda: all(stamped(s) for s in samples), 3 * poll_s, 0.2)
+        for sample in samples:
+            collect(sample)
         pauses.extend(rescale_pauses(job.coordinator.epochs()))
         if os.environ.get("PM_BENCH_EVENTS"):
             Path(os.environ["PM_BENCH_EVENTS"]).write_text(
