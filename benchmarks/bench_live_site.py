@@ -385,6 +385,12 @@ def report(runs: list[LiveRun], natives: list[Native], epochs: int) -> dict[str,
             f"{'':<9} start-up (median s, {len(run.startup_phases)} starts): "
             + "; ".join(f"{name} {_median(v)}" for name, v in phases.items())
         )
+        if run.startup_s:
+            # In the order of their first steps: the first blocks (started at once) lead.
+            print(
+                f"{'':<9} submitted -> first step, each start (s): "
+                + ", ".join(f"{seconds:.1f}" for seconds in run.startup_s)
+            )
         figures["runs"][run.mode] = {
             "mean_delay_s": statistics.mean(delays),
             "max_delay_s": max(delays),
