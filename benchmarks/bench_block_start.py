@@ -170,29 +170,25 @@ def run_variant(
                 if e.phase is BlockPhase.FIRST_STEP
             }
 
-        def first_block(sample: Sample) -> str | None:
-            """The block that gave the sample's node its first step after it went idle."""
-            for e in controller.phases.events():
-                if (
-                    e.phase is BlockPhase.FIRST_STEP
+        def phases_of(sample: Sample) -> dict[str, float]:
+            """The stamps of the block that gave the sample's node its first step after it
+            went idle (that node's and the block's own)."""
+            events = controller.phases.events()
+            block = next(
+                (
+                    e.block
+                    for e in events
+                    if e.phase is BlockPhase.FIRST_STEP
                     and e.node == sample.node
                     and e.time >= sample.idle - 2
-                ):
-                    return e.block
-            return None
-
-        def collect(sample: Sample) -> None:
-            block = first_block(sample)
-            for e in controller.phases.events():
-                if e.block == block and e.node in ("", sample.node):
-                    sample.phases.setdefault(str(e.phase), e.time)
-
-        def stamped(sample: Sample) -> bool:
-            block = first_block(sample)
-            return any(
-                e.block == block and e.phase is BlockPhase.SUBMITTED
-                for e in controller.phases.events()
+                ),
+                None,
             )
+            phases: dict[str, float] = {}
+            for e in events:
+                if e.block == block and e.node in ("", sample.node):
+                    phases.setdefault(str(e.phase), e.time)
+            return phases
 
         # cold starts: the first nodes were never held (a campaign's first blocks)
         started = time.time()
@@ -225,9 +221,9 @@ def run_variant(
         # A block preempted before a poll saw it run gets its submission and start stamps
         # from the provider's record once a poll has seen it end: read the phases last.
         poll_s = provider.profile.poll_interval_s
-        wait_until(lambda: all(stamped(s) for s in samples), 3 * poll_s, 0.2)
+        wait_until(lambda: all("submitted" in phases_of(s) for s in samples), 3 * poll_s, 0.2)
         for sample in samples:
-            collect(sample)
+            sample.phases = phases_of(sample)
         pauses.extend(rescale_pauses(job.coordinator.epochs()))
         if os.environ.get("PM_BENCH_EVENTS"):
             Path(os.environ["PM_BENCH_EVENTS"]).write_text(

@@ -67,7 +67,7 @@ def main() -> int:
     if not command:
         parser.error("give the command to measure after --")
     me = psutil.Process()
-    start, machine0 = time.monotonic(), machine_cpu()
+    start, started_at, machine0 = time.monotonic(), time.time(), machine_cpu()
     child = subprocess.Popen(command)
     last: dict[int, tuple[str, float]] = {}  # pid -> (kind, CPU seen at the last sample)
     used: Counter[str] = Counter()
@@ -82,7 +82,7 @@ def main() -> int:
                 cpu = cpu_of(proc)
                 if proc.pid not in last:
                     # A process older than the command counts from now, a newer one from 0.
-                    born_before = proc.create_time() < time.time() - (time.monotonic() - start)
+                    born_before = proc.create_time() < started_at
                     last[proc.pid] = (kind_of(proc, child.pid), cpu if born_before else 0.0)
                 kind, before = last[proc.pid]
                 used[kind] += cpu - before

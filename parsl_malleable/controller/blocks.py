@@ -18,7 +18,7 @@ from typing import Protocol
 
 from parsl_malleable.controller.core import ControllerCore
 from parsl_malleable.harvest.controller_link import HarvestingProvider
-from parsl_malleable.harvest.ledger import Phase
+from parsl_malleable.harvest.ledger import BlockInfo, Phase
 
 
 @dataclass(frozen=True)
@@ -54,6 +54,21 @@ def block_key(parsl_block: str, scheduler_job: str | None) -> str:
     return f"{parsl_block}/{scheduler_job}" if scheduler_job else parsl_block
 
 
+def _view_of(info: BlockInfo, started_at: float | None) -> BlockView:
+    """The controller's view of one of the provider's blocks."""
+    yielding = info.phase is Phase.YIELDING
+    return BlockView(
+        key=block_key(info.block_id, info.job_id),
+        parsl_block=info.block_id,
+        nodes=info.nodes,
+        deadline=info.deadline,
+        yielding=yielding,
+        reason="yields to a native job" if yielding else "",
+        submitted_at=info.submitted_at,
+        started_at=started_at,
+    )
+
+
 class ProviderBlocks:
     """The blocks of a :class:`~parsl_malleable.provider.BackfillProvider`."""
 
@@ -62,19 +77,9 @@ class ProviderBlocks:
 
     def blocks(self) -> list[BlockView]:
         """The provider's running and yielding blocks (pending ones hold no node yet)."""
-        infos = self.provider.blocks()
         return [
-            BlockView(
-                key=block_key(info.block_id, info.job_id),
-                parsl_block=info.block_id,
-                nodes=info.nodes,
-                deadline=info.deadline,
-                yielding=info.phase is Phase.YIELDING,
-                reason="yields to a native job" if info.phase is Phase.YIELDING else "",
-                submitted_at=info.submitted_at,
-                started_at=info.start,
-            )
-            for info in infos
+            _view_of(info, info.start)
+            for info in self.provider.blocks()
             if info.phase in (Phase.RUNNING, Phase.YIELDING)
         ]
 
@@ -92,15 +97,7 @@ class ProviderBlocks:
             key = block_key(record.block_id, record.job_id)
             if key in keys and record.ended_at is not None:
                 start = record.start if record.start is not None else record.start_reported
-                found[key] = BlockView(
-                    key=key,
-                    parsl_block=record.block_id,
-                    nodes=record.nodes or record.planned_nodes,
-                    deadline=record.deadline,
-                    yielding=False,
-                    submitted_at=record.submitted_at,
-                    started_at=start,
-                )
+                found[key] = _view_of(BlockInfo.of(record), start)
         return found
 
     def ended_at(self, key: str) -> float | None:
