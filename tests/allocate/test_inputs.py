@@ -16,7 +16,7 @@ from parsl_malleable.allocate.horizon import classify
 from parsl_malleable.allocate.piecewise import best_envelope_rate, concave_envelope, envelope_rate
 from parsl_malleable.errors import TraceFormatError
 
-from .helpers import linear_job, table_job
+from .helpers import AT_LEISURE_S, linear_job, table_job
 
 
 def test_curve_interpolates_and_stays_flat():
@@ -157,5 +157,5 @@ def test_solves_asking_for_different_thread_counts_all_solve():
     jobs = [linear_job("a", 1.0, up=1.0, down=1.0), linear_job("b", 2.0, up=1.0, down=1.0)]
     free = [f"n{i}" for i in range(5)]
     for threads in (None, 1, None, 2, 1):
-        alloc = allocate(jobs, free, solver="highs", threads=threads)
+        alloc = allocate(jobs, free, solver="highs", threads=threads, time_limit=AT_LEISURE_S)
         assert (alloc.solver, alloc.status, alloc.fallback) == ("highs", "optimal", False)

@@ -17,6 +17,8 @@ from parsl_malleable.cli import main
 from parsl_malleable.errors import TraceFormatError
 from parsl_malleable.profile.profiler import ProfileInputError, ScalabilityProfiler
 
+from .helpers import AT_LEISURE_S
+
 NAN, INF = float("nan"), float("inf")
 LINEAR = ScalingCurve((1, 2, 4), (10.0, 20.0, 40.0))
 
@@ -69,7 +71,9 @@ def test_whole_floats_are_still_counts():
 def test_zero_throughput_job_gets_no_nodes_and_is_named(solver):
     zero = ScalingCurve((2, 4), (0.0, 0.0))
     idle = job("idle", zero, min_nodes=2, current_nodes=("n1", "n2"))
-    result = allocate([idle, job("busy", max_nodes=1)], ["n3", "n4"], solver=solver)
+    result = allocate(
+        [idle, job("busy", max_nodes=1)], ["n3", "n4"], solver=solver, time_limit=AT_LEISURE_S
+    )
     assert result.nodes == {"idle": 0, "busy": 1}
     assert set(result.released["idle"]) == {"n1", "n2"}
     assert "zero throughput at every size, given 0 nodes: idle" in result.message
