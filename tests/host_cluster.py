@@ -22,7 +22,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "host-cluster"
 COMMAND_TIMEOUT_S = 30.0
-# A host cut off comes back within Slurm's ping interval (SlurmdTimeout / 3, 10 s) once healed.
+# A host cut off and healed answers Slurm's next ping (SlurmdTimeout / 3, 10 s) once resumed.
 IN_SERVICE_TIMEOUT_S = 180.0
 IN_SERVICE_POLL_S = 0.5
 
@@ -121,10 +121,11 @@ class HostCluster:
     def wait_in_service(self, timeout_s: float = IN_SERVICE_TIMEOUT_S) -> None:
         """Every host idle in Slurm again, or RuntimeError naming the states.
 
-        A test that cuts a host off leaves it ``down`` (Slurm failed its job); Slurm returns it
-        only at a later ping, up to a minute on, and the next test's rank there waited that
-        long to start (twice in CI: 58 and 61.5 s late). A host that answers again is resumed
-        here, so every test starts on hosts in service."""
+        A test that cuts a host off leaves it ``down*`` (Slurm failed its job and hears nothing
+        from it). Slurm stops pinging a node that is down and silent: healed, it came back only
+        at a later registration request, 45-100 s on (the next test's rank there waited that
+        long; this teardown did too). Resumed, it is ``idle*``, pinged again, and ``idle`` within
+        a second once it answers. The caller heals every link first (:meth:`cancel_all`)."""
         deadline = time.monotonic() + timeout_s
         while True:
             states = self.node_states()
@@ -132,11 +133,10 @@ class HostCluster:
                 return
             if time.monotonic() > deadline:
                 raise RuntimeError(f"hosts not back in service after {timeout_s:.0f} s: {states}")
-            # "down" without "*": slurmd answers, so it can serve again; "down*" still silent.
-            answering = [name for name, state in states.items() if state in ("down", "drained")]
-            if answering:
+            out = [name for name, state in states.items() if state.startswith(("down", "drain"))]
+            if out:
                 subprocess.run(
-                    ["scontrol", "update", f"NodeName={','.join(answering)}", "State=RESUME"],
+                    ["scontrol", "update", f"NodeName={','.join(out)}", "State=RESUME"],
                     env=self.env, capture_output=True, timeout=COMMAND_TIMEOUT_S,
                 )  # fmt: skip
             time.sleep(IN_SERVICE_POLL_S)
