@@ -69,8 +69,13 @@ def test_login_node_notebook_runs_from_the_wheel(wheel_venv: WheelVenv) -> None:
     copied = wheel_venv.run(["parsl-malleable", "init", "--notebook"], cwd=here, timeout=60)
     assert copied.returncode == 0, copied.stderr
     assert (here / NOTEBOOK.name).read_text() == NOTEBOOK.read_text()
+    scratch = here / "tmp"  # the notebook's work folder (mkdtemp) goes here, not in /tmp
+    scratch.mkdir()
     proc = wheel_venv.run(
-        [wheel_venv.python, "-c", EXECUTE, NOTEBOOK.name, "executed.ipynb"], cwd=here, timeout=600
+        [wheel_venv.python, "-c", EXECUTE, NOTEBOOK.name, "executed.ipynb"],
+        cwd=here,
+        timeout=600,
+        env={"TMPDIR": str(scratch)},
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     nb = nbformat.read(here / "executed.ipynb", as_version=4)
