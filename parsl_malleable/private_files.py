@@ -23,7 +23,9 @@ import errno
 import logging
 import os
 import stat
+from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 from parsl_malleable.errors import UnsafePathError
 
@@ -90,19 +92,38 @@ def private_dir(path: Path | str, *, what: str = "folder") -> Path:
     return path
 
 
-def _open_regular(path: Path) -> int:
+@contextlib.contextmanager
+def _opened_regular(path: Path) -> Iterator[tuple[BinaryIO, os.stat_result]]:
+    """``path`` open for reading, with its status: one open that follows no symbolic link and
+    never blocks on a FIFO; :class:`UnsafePathError` for a link or anything but a regular file.
+    Checks made on the status are checks of the file then read."""
     flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     try:
-        return os.open(path, flags)
+        fd = os.open(path, flags)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise UnsafePathError(
                 f"refusing to read {path}: it is a symbolic link, which could point anywhere"
             ) from exc
         raise
+    with os.fdopen(fd, "rb") as file:
+        info = os.fstat(file.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise UnsafePathError(f"refusing to read {path}: it is not a regular file")
+        yield file, info
 
 
-def _file_problem(info: os.stat_result, *, secret: bool) -> str | None:
+def read_regular_file(path: Path | str) -> tuple[bytes, os.stat_result]:
+    """The bytes of ``path`` and the status of the file read, whoever owns it (the caller
+    checks with :func:`file_problem`); :class:`UnsafePathError` for a link or anything but a
+    regular file. ``FileNotFoundError`` passes through."""
+    with _opened_regular(Path(path)) as (file, info):
+        return file.read(), info
+
+
+def file_problem(info: os.stat_result, *, secret: bool) -> str | None:
+    """Why a file with status ``info`` cannot be trusted (not a regular file, another user's,
+    changeable by others, or readable by them for a ``secret``), or None."""
     if not stat.S_ISREG(info.st_mode):
         return "it is not a regular file"
     problem = _owner_problem(info)
@@ -120,30 +141,17 @@ def _file_problem(info: os.stat_result, *, secret: bool) -> str | None:
     )
 
 
-def read_private_bytes(
-    path: Path | str, *, secret: bool = False, limit: int | None = None
-) -> bytes:
+def read_private_bytes(path: Path | str, *, secret: bool = False) -> bytes:
     """The bytes of ``path``, read through one open that follows no link and never blocks;
     :class:`UnsafePathError` unless it is a regular file of this user that nobody else may
-    change (nor read, with ``secret``), or when it is larger than ``limit`` bytes.
-    ``FileNotFoundError`` passes through: a missing file is the caller's case."""
+    change (nor read, with ``secret``). ``FileNotFoundError`` passes through: a missing file is
+    the caller's case."""
     path = Path(path)
-    fd = _open_regular(path)
-    with os.fdopen(fd, "rb") as file:
-        info = os.fstat(file.fileno())
-        problem = _file_problem(info, secret=secret)
+    with _opened_regular(path) as (file, info):
+        problem = file_problem(info, secret=secret)
         if problem:
             raise UnsafePathError(f"refusing to read {path}: {problem}")
-        if limit is not None and info.st_size > limit:
-            raise UnsafePathError(
-                f"refusing to read {path}: {info.st_size} bytes, more than the {limit} expected"
-            )
         return file.read()
-
-
-def read_private_text(path: Path | str, *, secret: bool = False, limit: int | None = None) -> str:
-    """:func:`read_private_bytes` decoded as UTF-8 (undecodable bytes replaced)."""
-    return read_private_bytes(path, secret=secret, limit=limit).decode(errors="replace")
 
 
 def check_private_file(path: Path | str, *, secret: bool = False) -> bool:
@@ -159,7 +167,7 @@ def check_private_file(path: Path | str, *, secret: bool = False) -> bool:
         raise UnsafePathError(
             f"refusing to open {path}: it is a symbolic link, which could point anywhere"
         )
-    problem = _file_problem(info, secret=secret)
+    problem = file_problem(info, secret=secret)
     if problem:
         raise UnsafePathError(f"refusing to open {path}: {problem}")
     return True
@@ -190,8 +198,9 @@ __all__ = [
     "PRIVATE_DIR_MODE",
     "PRIVATE_FILE_MODE",
     "check_private_file",
+    "file_problem",
     "private_dir",
     "read_private_bytes",
-    "read_private_text",
+    "read_regular_file",
     "write_private_bytes",
 ]

@@ -17,12 +17,12 @@ import logging
 import os
 import re
 import secrets
-import stat
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from parsl_malleable.errors import CheckpointError
+from parsl_malleable.errors import CheckpointError, UnsafePathError
+from parsl_malleable.private_files import read_private_bytes, read_regular_file
 from parsl_malleable.transport.wire import derive_secret
 
 log = logging.getLogger(__name__)
@@ -126,55 +126,23 @@ def key_id(master: str) -> str:
 
 
 def read_regular(path: Path) -> tuple[bytes, os.stat_result]:
-    """The bytes of ``path`` and its status, from one open: never through a symbolic link,
-    never blocking on a FIFO someone named like a checkpoint."""
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    """The bytes of ``path`` and its status, never through a symbolic link nor blocking on a
+    FIFO named like a checkpoint (:func:`parsl_malleable.private_files.read_regular_file`); a
+    refusal is a :class:`CheckpointError`."""
     try:
-        fd = os.open(path, flags)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise CheckpointError(
-                f"refusing to read {path}: it is a symbolic link, which could point anywhere"
-            ) from exc
-        raise
-    with os.fdopen(fd, "rb") as file:
-        info = os.fstat(file.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise CheckpointError(f"refusing to read {path}: it is not a regular file")
-        return file.read(), info
+        return read_regular_file(path)
+    except UnsafePathError as exc:
+        raise CheckpointError(str(exc)) from exc
 
 
 def read_owned(path: Path, *, secret: bool = False) -> bytes:
     """The bytes of ``path``, refused (:class:`CheckpointError` naming it and why) unless it
-    belongs to this user and nobody else may change it (nor read it, for a ``secret``). The
-    checks and the read use one open file, so the file checked is the file read."""
-    data, info = read_regular(path)
-    problem = unsafe(info, secret)
-    if problem:
-        raise CheckpointError(f"refusing to read {path}: {problem}")
-    return data
-
-
-def unsafe(info: os.stat_result, secret: bool) -> str | None:
-    me = os.geteuid()
-    if info.st_uid != me:
-        return (
-            f"it belongs to uid {info.st_uid}, not to this user (uid {me}), so someone else "
-            f"could have written it; delete it if it is not yours"
-        )
-    mode = stat.S_IMODE(info.st_mode)
-    loose = mode & (0o077 if secret else 0o022)
-    if not loose:
-        return None
-    who = " and ".join(
-        name for bits, name in ((0o070, "its group"), (0o007, "other users")) if loose & bits
-    )
-    if secret:
-        return f"its mode is {mode:04o}: {who} can read or change the key; chmod 600 it"
-    return (
-        f"its mode is {mode:04o}: {who} can change it, so it may have been replaced; chmod 600 "
-        f"it if you trust its contents, or delete it"
-    )
+    belongs to this user and nobody else may change it (nor read it, for a ``secret``): the
+    checks of :func:`~parsl_malleable.private_files.read_private_bytes`, on the file read."""
+    try:
+        return read_private_bytes(path, secret=secret)
+    except UnsafePathError as exc:
+        raise CheckpointError(str(exc)) from exc
 
 
 def read_key(path: Path) -> str | None:
