@@ -570,7 +570,7 @@ def replay(
 
         def blocks_hold_machine() -> bool:
             held = sum(len(b.nodes) for b in provider.blocks() if b.start is not None)
-            return held >= min(NODES, provider.profile.max_nodes)
+            return held >= min(NODES, provider.profile.max_harvested_nodes)
 
         wait_until(blocks_hold_machine, 60)
     submitted: dict[int, float] = {}

@@ -106,7 +106,7 @@ def planning(repeat: int, profile: SiteProfile) -> None:
         def provider_work(snap: Snapshot = snap, deadlines: dict[str, float] = deadlines) -> None:
             blocks_in_the_way(snap, deadlines)
             windows = harvest_windows(snap, profile, predictor)
-            plan_blocks(snap, profile.max_nodes, profile, predictor, windows=windows)
+            plan_blocks(snap, profile.max_harvested_nodes, profile, predictor, windows=windows)
 
         ours = best_of(repeat, provider_work)
         base = best_of(repeat, lambda: predictor.predict(snap))  # noqa: B023

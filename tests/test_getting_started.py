@@ -241,7 +241,11 @@ def test_globus_endpoint_admin_page(wheel_venv: WheelVenv) -> None:
     assert provider["worker_init"] == "export PM_GLOBUS_MODE=driver PM_GLOBUS_SITE=example-slurm"
     assert driver["engine"]["max_workers_per_node"] == 4
     provider = tasks["engine"]["provider"]
-    assert provider == {"type": "BackfillProvider", "profile": "example-slurm", "max_nodes": 4}
+    assert provider == {
+        "type": "BackfillProvider",
+        "profile": "example-slurm",
+        "max_harvested_nodes": 4,
+    }
     assert not any(home.iterdir())  # all of it went to GLOBUS_COMPUTE_USER_DIR
 
 

@@ -140,7 +140,7 @@ def test_a_campaign_file_names_the_bad_value(
     ("key", "text", "says"),
     [
         ("poll_interval_s", '"5"', "must be a number, not a string"),
-        ("max_nodes", "true", "must be an integer, not a bool"),
+        ("max_harvested_nodes", "true", "must be an integer, not a bool"),
         ("command_timeout_s", ".inf", "finite number"),
         ("safety_margin_s", ".nan", "finite number"),
     ],

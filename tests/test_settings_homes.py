@@ -34,8 +34,6 @@ REQUIRED = object()
 
 # Same name, another setting, or None meaning "the other part's default":
 DIFFERENT_MEANING = {
-    # the site profile's caps the harvested nodes of all blocks together, not one job
-    "max_nodes": {"SiteProfile"},
     # None: the controller's CoreSettings default
     "drain_margin_s": {"SiteProfile"},
     # None: the policy's assumed pause until a job's own is known

@@ -16,7 +16,7 @@ the call; nothing here unpickles anything.
 
 The endpoint passes its settings in the environment of the driver's worker (the template's
 ``worker_init``): :data:`ENV_MODE`, :data:`ENV_SITE` (the user option ``profile``, else the
-site's default), :data:`ENV_MAX_NODES`, :data:`ENV_ADDRESS`. This module imports only the
+site's default), :data:`ENV_MAX_HARVESTED`, :data:`ENV_ADDRESS`. This module imports only the
 standard library at the top, so a remote user's ``from parsl_malleable.campaign.globus_driver
 import train_campaign`` (the SDK pickles the function by reference) stays light.
 """
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
 ENV_MODE = "PM_GLOBUS_MODE"  # "driver" where the template runs this on the endpoint host
 ENV_SITE = "PM_GLOBUS_SITE"  # the site profile the endpoint was rendered with
-ENV_MAX_NODES = "PM_GLOBUS_MAX_NODES"  # the user option max_nodes, a cap on harvested nodes
+ENV_MAX_HARVESTED = "PM_GLOBUS_MAX_HARVESTED_NODES"  # the user option max_harvested_nodes
 ENV_ADDRESS = "PM_GLOBUS_ADDRESS"  # the user option address: where blocks reach the driver
 #: Campaign folders without an ``output`` go under ``$HOME/<this>/<name>-<content hash>``.
 DEFAULT_ROOT = Path("parsl-malleable") / "globus"
@@ -58,7 +58,7 @@ def train_campaign(
         gce.submit(train_campaign, campaign_text)
 
     A campaign without ``site`` runs on the endpoint's site profile; the endpoint's
-    ``max_nodes`` and ``address`` become ``site_overrides`` unless the campaign sets them.
+    ``max_harvested_nodes`` and ``address`` become ``site_overrides`` unless the campaign sets them.
     Relative paths (``output``, ``python_path``) are taken from ``$HOME``. Without ``output``
     the state goes to ``~/parsl-malleable/globus/<name>-<hash of the campaign>``: sending the
     same campaign again resumes there (finished jobs are kept, the rest resume from their
@@ -152,8 +152,8 @@ def campaign_data(campaign: str | Mapping[str, Any]) -> dict[str, Any]:
 
 
 def endpoint_settings(data: dict[str, Any]) -> dict[str, Any]:
-    """``data`` with the endpoint's site, ``max_nodes`` and ``address`` filled in where the
-    campaign leaves them out (the campaign's own choices win)."""
+    """``data`` with the endpoint's site, ``max_harvested_nodes`` and ``address`` filled in
+    where the campaign leaves them out (the campaign's own choices win)."""
     from parsl_malleable.errors import ConfigError
 
     out = dict(data)
@@ -161,11 +161,11 @@ def endpoint_settings(data: dict[str, Any]) -> dict[str, Any]:
     if site and "site" not in out:
         out["site"] = site
     overrides = dict(out.get("site_overrides") or {})
-    if max_nodes := os.environ.get(ENV_MAX_NODES):
+    if cap := os.environ.get(ENV_MAX_HARVESTED):
         try:
-            overrides.setdefault("max_nodes", int(max_nodes))
+            overrides.setdefault("max_harvested_nodes", int(cap))
         except ValueError:
-            raise ConfigError(f"{ENV_MAX_NODES}={max_nodes!r} is no whole number") from None
+            raise ConfigError(f"{ENV_MAX_HARVESTED}={cap!r} is no whole number") from None
     if address := os.environ.get(ENV_ADDRESS):
         overrides.setdefault("address", address)
     if overrides:
@@ -192,7 +192,7 @@ def output_folder(campaign: Campaign, output: str | None, name: str, home: Path)
 __all__ = [
     "DEFAULT_ROOT",
     "ENV_ADDRESS",
-    "ENV_MAX_NODES",
+    "ENV_MAX_HARVESTED",
     "ENV_MODE",
     "ENV_SITE",
     "campaign_data",

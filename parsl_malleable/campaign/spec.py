@@ -556,16 +556,16 @@ def _arg_origin(
 
 def site_capacity(profile: SiteProfile) -> tuple[int, str]:
     """The most nodes one job can ever hold on the site of ``profile``, and the limit that sets
-    it (for messages), as far as the profile says: the cap on harvested nodes (``max_nodes``),
-    the blocks the provider keeps times their largest size, and on the emulated site its
-    virtual nodes. A live site's own node count is only known from its first snapshot (the
-    runner checks that then)."""
+    it (for messages), as far as the profile says: the cap on harvested nodes
+    (``max_harvested_nodes``), the blocks the provider keeps times their largest size, and on
+    the emulated site its virtual nodes. A live site's own node count is only known from its
+    first snapshot (the runner checks that then)."""
     blocks = profile.max_blocks * profile.max_nodes_per_block
     limits = []
     if profile.emulated is not None:
         limits.append((profile.emulated.nodes, f"its {profile.emulated.nodes} virtual nodes"))
     limits += [
-        (profile.max_nodes, f"its max_nodes: {profile.max_nodes}, the cap on harvested nodes"),
+        (profile.max_harvested_nodes, f"its max_harvested_nodes: {profile.max_harvested_nodes}"),
         (
             blocks,
             f"its max_blocks x max_nodes_per_block: {profile.max_blocks} x "

@@ -5,7 +5,7 @@ the provider fills every waiting Parsl slot with up to ``max_nodes_per_block`` n
 (for example :func:`allocator_demand`, which asks
 :func:`~parsl_malleable.allocate.allocate` how many nodes the registered training jobs can use
 in the predicted windows), it holds what the callable says. Either way the site profile's
-``max_nodes`` caps the total.
+``max_harvested_nodes`` caps the total.
 """
 
 from __future__ import annotations

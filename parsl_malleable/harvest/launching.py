@@ -102,9 +102,11 @@ class Launcher:
         busy = {n for r in active for n in (r.nodes or r.planned_nodes)}
         floor = self._min_block_s()
         windows = harvest_windows(snap, profile, self._predictor, exclude=busy, min_block_s=floor)
-        cap_left = profile.max_nodes - held
+        cap_left = profile.max_harvested_nodes - held
         if self._demand is not None:
-            ctx = DemandContext(snap, windows, self._book.live_blocks(), held, profile.max_nodes)
+            ctx = DemandContext(
+                snap, windows, self._book.live_blocks(), held, profile.max_harvested_nodes
+            )
             want = int(self._demand(ctx)) - held
         else:
             want = len(waiting) * profile.max_nodes_per_block

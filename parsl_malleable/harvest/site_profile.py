@@ -52,8 +52,9 @@ DEFAULT_STARTUP_S = 30.0
 
 
 # Keys renamed since 0.1.0 (old -> new). ``heartbeat_timeout_s`` also named a rank's liveness
-# timeout towards its coordinator, a different setting; the block's is the driver's.
-RENAMED_KEYS = {"heartbeat_timeout_s": "driver_timeout_s"}
+# timeout towards its coordinator, a different setting; the block's is the driver's. ``max_nodes``
+# also named a job's own size cap, beside this one in a campaign (site_overrides and jobs).
+RENAMED_KEYS = {"heartbeat_timeout_s": "driver_timeout_s", "max_nodes": "max_harvested_nodes"}
 
 
 class SiteProfile(InputModel):
@@ -128,7 +129,9 @@ class SiteProfile(InputModel):
     )
     max_walltime_s: float = Field(4 * 3600.0, gt=0, description="longest block walltime")
     granularity_s: float = Field(60.0, gt=0, description="the scheduler's walltime unit")
-    max_nodes: int = Field(16, ge=0, description="cap on harvested nodes, all blocks together")
+    max_harvested_nodes: int = Field(
+        16, ge=0, description="cap on harvested nodes, all blocks together"
+    )
     max_nodes_per_block: int = Field(4, ge=1)
     min_nodes_per_block: int = Field(1, ge=1)
     max_blocks: int = Field(4, ge=1, description="Parsl blocks (slots) the provider keeps")

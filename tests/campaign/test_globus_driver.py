@@ -16,7 +16,13 @@ JOB = {"name": "a", "app": "parsl_malleable.apps.digits:train_elastic", "epochs"
 
 @pytest.fixture(autouse=True)
 def _no_endpoint_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for key in (gd.ENV_MODE, gd.ENV_SITE, gd.ENV_MAX_NODES, gd.ENV_ADDRESS, gd.PARSL_WORKER_ENV):
+    for key in (
+        gd.ENV_MODE,
+        gd.ENV_SITE,
+        gd.ENV_MAX_HARVESTED,
+        gd.ENV_ADDRESS,
+        gd.PARSL_WORKER_ENV,
+    ):
         monkeypatch.delenv(key, raising=False)
 
 
@@ -52,16 +58,16 @@ def test_the_endpoint_settings_fill_in_what_the_campaign_leaves_out(
 ) -> None:
     assert gd.endpoint_settings({"jobs": []}) == {"jobs": []}
     monkeypatch.setenv(gd.ENV_SITE, "slurm-test")
-    monkeypatch.setenv(gd.ENV_MAX_NODES, "3")
+    monkeypatch.setenv(gd.ENV_MAX_HARVESTED, "3")
     monkeypatch.setenv(gd.ENV_ADDRESS, "10.0.0.7")
     filled = gd.endpoint_settings({"jobs": []})
     assert filled["site"] == "slurm-test"
-    assert filled["site_overrides"] == {"max_nodes": 3, "address": "10.0.0.7"}
-    own = gd.endpoint_settings({"site": "emulated", "site_overrides": {"max_nodes": 2}})
+    assert filled["site_overrides"] == {"max_harvested_nodes": 3, "address": "10.0.0.7"}
+    own = gd.endpoint_settings({"site": "emulated", "site_overrides": {"max_harvested_nodes": 2}})
     assert own["site"] == "emulated"
-    assert own["site_overrides"] == {"max_nodes": 2, "address": "10.0.0.7"}
-    monkeypatch.setenv(gd.ENV_MAX_NODES, "many")
-    with pytest.raises(ConfigError, match="PM_GLOBUS_MAX_NODES='many'"):
+    assert own["site_overrides"] == {"max_harvested_nodes": 2, "address": "10.0.0.7"}
+    monkeypatch.setenv(gd.ENV_MAX_HARVESTED, "many")
+    with pytest.raises(ConfigError, match="PM_GLOBUS_MAX_HARVESTED_NODES='many'"):
         gd.endpoint_settings({})
 
 

@@ -194,19 +194,16 @@ def test_the_site_size_comes_from_the_profile_and_its_overrides(tmp_path: Path) 
         "min_nodes, or raise that limit (site_overrides) if the site has the nodes"
     )
     capped = parse_campaign(
-        {"site": "emulated", "site_overrides": {"max_nodes": 3}, "sweeps": [sweep]}
+        {"site": "emulated", "site_overrides": {"max_harvested_nodes": 3}, "sweeps": [sweep]}
     )
-    assert site_capacity(site_profile(capped)) == (
-        3,
-        "its max_nodes: 3, the cap on harvested nodes",
-    )
+    assert site_capacity(site_profile(capped)) == (3, "its max_harvested_nodes: 3")
     # --site checks the job against the site it names, not the campaign's.
     small = tmp_path / "small.yaml"
-    small.write_text(yaml.safe_dump({**site_profile(ok).model_dump(), "max_nodes": 2}))
+    small.write_text(yaml.safe_dump({**site_profile(ok).model_dump(), "max_harvested_nodes": 2}))
     path = write(tmp_path, {"jobs": [job(min_nodes=4, max_nodes=4)], "output": str(tmp_path / "o")})
     result = CliRunner().invoke(main, ["run", str(path), "--site", str(small)])
     assert result.exit_code == 1 and "min_nodes 4 is more than site 'local-slurm'" in result.output
-    assert "2 node(s) (its max_nodes: 2" in result.output
+    assert "2 node(s) (its max_harvested_nodes: 2)" in result.output
 
 
 def test_a_job_larger_than_the_first_snapshot_fails_instead_of_waiting(tmp_path: Path) -> None:

@@ -61,7 +61,7 @@ print(json.dumps({
     "engine": type(engine).__name__,
     "provider": type(provider).__module__ + "." + type(provider).__qualname__,
     "profile": provider.profile.name if backfill else None,
-    "max_nodes": provider.profile.max_nodes if backfill else None,
+    "max_harvested_nodes": provider.profile.max_harvested_nodes if backfill else None,
     "slots": [provider.init_blocks, provider.min_blocks, provider.max_blocks],
     "workers": engine.executor.max_workers_per_node,
     "heartbeat": [engine.executor.heartbeat_period, engine.executor.heartbeat_threshold],
@@ -89,7 +89,9 @@ def test_tasks_mode_loads_with_backfill_provider(
 ) -> None:
     """Rendered by the endpoint, loaded by its ``load_config_yaml`` in a user endpoint's env."""
     env, ep_dir = endpoint
-    rendered = render(env, tmp_path, {"mode": "tasks", "profile": "slurm-test", "max_nodes": 3})
+    rendered = render(
+        env, tmp_path, {"mode": "tasks", "profile": "slurm-test", "max_harvested_nodes": 3}
+    )
     assert "type: BackfillProvider" in rendered
     done = _load(rendered, user_endpoint_env(env, ep_dir))
     assert done.returncode == 0, done.stderr
@@ -99,7 +101,7 @@ def test_tasks_mode_loads_with_backfill_provider(
         "engine": "GlobusComputeEngine",
         "provider": "parsl_malleable.provider.BackfillProvider",
         "profile": "slurm-test",
-        "max_nodes": 3,
+        "max_harvested_nodes": 3,
         "slots": [3, 3, 3],  # the profile's max_blocks: the provider owns block counts
         "workers": 1,
         "heartbeat": [2, 10],
@@ -121,7 +123,7 @@ def test_driver_mode_is_the_default_and_needs_no_hook(
     env, _ = endpoint
     options = {
         "profile": "slurm-test",
-        "max_nodes": 3,
+        "max_harvested_nodes": 3,
         "address": "10.0.0.7",
         "worker_init": 'export A="b c"; cd $HOME',
     }
@@ -133,7 +135,7 @@ def test_driver_mode_is_the_default_and_needs_no_hook(
     assert loaded["slots"] == [1, 1, 1]
     assert loaded["workers"] == 4
     assert loaded["worker_init"] == (
-        "export PM_GLOBUS_MODE=driver PM_GLOBUS_SITE=slurm-test PM_GLOBUS_MAX_NODES=3"
+        "export PM_GLOBUS_MODE=driver PM_GLOBUS_SITE=slurm-test PM_GLOBUS_MAX_HARVESTED_NODES=3"
         ' PM_GLOBUS_ADDRESS=10.0.0.7\nexport A="b c"; cd $HOME'
     )
     # The shell reads those lines as the endpoint's settings and the user's own, unchanged.
@@ -166,7 +168,8 @@ def test_template_defaults_and_schema(
     bad_options: list[dict[str, object]] = [
         {"queue": "debug"},
         {"profile": "../../etc/x"},
-        {"max_nodes": 0},
+        {"max_harvested_nodes": 0},
+        {"max_nodes": 4},  # the old name: the job-size setting has it
         {"mode": "both"},
         {"address": "host; rm -rf ~"},
     ]
@@ -270,7 +273,7 @@ def test_remote_user_submission_packing(
     }
     web.v2.get_result_amqp_url.side_effect = ConnectionError("no Globus service here")
     client._compute_web_client = web
-    options = {"profile": "perlmutter", "max_nodes": 8}
+    options = {"profile": "perlmutter", "max_harvested_nodes": 8}
     executor = Executor(endpoint_id=endpoint_id, client=client, user_endpoint_config=options)
     try:
         future = executor.submit(train_campaign, CAMPAIGN, name="digits-gc")
@@ -308,7 +311,7 @@ def test_remote_user_submission_packing(
     rendered = yaml.safe_load(render(env, tmp_path, batch["user_endpoint_config"]))
     provider = rendered["engine"]["provider"]
     assert provider["type"] == "LocalProvider"
-    assert "PM_GLOBUS_SITE=perlmutter PM_GLOBUS_MAX_NODES=8" in provider["worker_init"]
+    assert "PM_GLOBUS_SITE=perlmutter PM_GLOBUS_MAX_HARVESTED_NODES=8" in provider["worker_init"]
 
 
 _DOUBLE = """

@@ -37,7 +37,7 @@ def live_provider(pbs: PBSServer, tmp_path: Path, slots: int) -> BackfillProvide
         poll_interval_s=2,
         yield_grace_s=1.5,
         safety_margin_s=10,
-        max_nodes=slots,
+        max_harvested_nodes=slots,
         max_nodes_per_block=1,
         max_blocks=slots,
     )
@@ -121,7 +121,7 @@ def test_a_native_makes_a_block_yield_its_rank_leaves_at_a_commit_and_the_native
         poll_interval_s=4,
         yield_grace_s=3,
         safety_margin_s=10,
-        max_nodes=2,
+        max_harvested_nodes=2,
         max_nodes_per_block=1,
         address="127.0.0.1",
         # A PBS job gets a login environment: the worker needs this interpreter and the repo.

@@ -48,7 +48,7 @@ def test_ranks_on_a_yielding_pbs_block_leave_at_a_commit_and_it_ends_cancelled(
         poll_interval_s=6,
         yield_grace_s=5,  # all a rank has on PBS: the qdel after it ends the job at once
         safety_margin_s=10,
-        max_nodes=2,
+        max_harvested_nodes=2,
         max_nodes_per_block=1,
         address="127.0.0.1",
         worker_init=f"export PYTHONPATH={REPO}:$PYTHONPATH OMP_NUM_THREADS=1",

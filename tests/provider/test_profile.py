@@ -24,10 +24,12 @@ def test_shipped_profiles_load(path: Path) -> None:
 
 def test_profile_by_name_and_by_env_folder(tmp_path: Path, monkeypatch) -> None:
     assert find_profile("slurm-test") == REPO_PROFILES / "slurm-test.yaml"
-    (tmp_path / "mysite.yaml").write_text("name: mysite\npartition: scavenger\nmax_nodes: 3\n")
+    (tmp_path / "mysite.yaml").write_text(
+        "name: mysite\npartition: scavenger\nmax_harvested_nodes: 3\n"
+    )
     monkeypatch.setenv("PM_PROVIDER_PROFILES", str(tmp_path))
     profile = load_profile("mysite")
-    assert (profile.partition, profile.max_nodes) == ("scavenger", 3)
+    assert (profile.partition, profile.max_harvested_nodes) == ("scavenger", 3)
 
 
 def test_unknown_key_names_file_and_key(tmp_path: Path) -> None:
@@ -39,8 +41,8 @@ def test_unknown_key_names_file_and_key(tmp_path: Path) -> None:
 
 def test_bad_value_names_key(tmp_path: Path) -> None:
     path = tmp_path / "bad.yaml"
-    path.write_text("max_nodes: -2\n")
-    with pytest.raises(ConfigError, match=r"bad\.yaml: max_nodes: .*greater than or equal to 0"):
+    path.write_text("max_harvested_nodes: -2\n")
+    with pytest.raises(ConfigError, match=r"bad\.yaml: max_harvested_nodes: .*greater than or eq"):
         load_profile(path)
 
 
@@ -53,7 +55,7 @@ def test_yield_grace_must_fit_in_a_poll(tmp_path: Path) -> None:
 
 def test_invalid_yaml_names_line(tmp_path: Path) -> None:
     path = tmp_path / "broken.yaml"
-    path.write_text("partition: harvest\nqos: [standby\nmax_nodes: 3\n")
+    path.write_text("partition: harvest\nqos: [standby\nmax_harvested_nodes: 3\n")
     with pytest.raises(ConfigError, match=r"broken\.yaml:\d+: not valid YAML"):
         load_profile(path)
 
@@ -69,7 +71,7 @@ def test_not_a_mapping_and_missing_profile(tmp_path: Path) -> None:
 
 def test_overrides_are_validated() -> None:
     base = SiteProfile()
-    assert base.with_overrides(max_nodes=2).max_nodes == 2
+    assert base.with_overrides(max_harvested_nodes=2).max_harvested_nodes == 2
     with pytest.raises(ConfigError, match=r"min_nodes_per_block .* > max_nodes_per_block"):
         base.with_overrides(min_nodes_per_block=8, max_nodes_per_block=2)
 
@@ -102,3 +104,14 @@ def test_a_renamed_key_is_refused_with_its_new_name(tmp_path: Path) -> None:
         load_profile(str(path))
     path.write_text("partition: harvest\ndriver_timeout_s: 20\n")
     assert load_profile(str(path)).driver_timeout_s == 20
+
+
+def test_the_site_cap_under_its_old_name_is_refused(tmp_path: Path) -> None:
+    """``max_nodes`` is a job's own cap; the site's cap on harvested nodes is another setting."""
+    path = tmp_path / "old.yaml"
+    path.write_text("max_nodes: 8\n")
+    with pytest.raises(ConfigError, match="max_nodes was renamed max_harvested_nodes: write "
+                       "max_harvested_nodes: 8"):  # fmt: skip
+        load_profile(path)
+    with pytest.raises(ConfigError, match="max_nodes was renamed max_harvested_nodes"):
+        SiteProfile().with_overrides(max_nodes=2)

@@ -327,5 +327,5 @@ def test_a_start_after_the_trace_is_refused() -> None:
 def test_the_shipped_profile_is_an_emulated_site() -> None:
     profile = load_profile("emulated")
     assert profile.scheduler == "emulated" and profile.emulated is not None
-    assert profile.max_nodes == profile.emulated.nodes
+    assert profile.max_harvested_nodes == profile.emulated.nodes
     assert profile.launcher == "none" and profile.address == "127.0.0.1"
