@@ -115,13 +115,13 @@ def _opened_regular(path: Path) -> Iterator[tuple[BinaryIO, os.stat_result]]:
 
 def read_regular_file(path: Path | str) -> tuple[bytes, os.stat_result]:
     """The bytes of ``path`` and the status of the file read, whoever owns it (the caller
-    checks with :func:`file_problem`); :class:`UnsafePathError` for a link or anything but a
-    regular file. ``FileNotFoundError`` passes through."""
+    judges the owner and mode); :class:`UnsafePathError` for a link or anything but a regular
+    file. ``FileNotFoundError`` passes through."""
     with _opened_regular(Path(path)) as (file, info):
         return file.read(), info
 
 
-def file_problem(info: os.stat_result, *, secret: bool) -> str | None:
+def _file_problem(info: os.stat_result, *, secret: bool) -> str | None:
     """Why a file with status ``info`` cannot be trusted (not a regular file, another user's,
     changeable by others, or readable by them for a ``secret``), or None."""
     if not stat.S_ISREG(info.st_mode):
@@ -148,7 +148,7 @@ def read_private_bytes(path: Path | str, *, secret: bool = False) -> bytes:
     the caller's case."""
     path = Path(path)
     with _opened_regular(path) as (file, info):
-        problem = file_problem(info, secret=secret)
+        problem = _file_problem(info, secret=secret)
         if problem:
             raise UnsafePathError(f"refusing to read {path}: {problem}")
         return file.read()
@@ -167,7 +167,7 @@ def check_private_file(path: Path | str, *, secret: bool = False) -> bool:
         raise UnsafePathError(
             f"refusing to open {path}: it is a symbolic link, which could point anywhere"
         )
-    problem = file_problem(info, secret=secret)
+    problem = _file_problem(info, secret=secret)
     if problem:
         raise UnsafePathError(f"refusing to open {path}: {problem}")
     return True
@@ -198,7 +198,6 @@ __all__ = [
     "PRIVATE_DIR_MODE",
     "PRIVATE_FILE_MODE",
     "check_private_file",
-    "file_problem",
     "private_dir",
     "read_private_bytes",
     "read_regular_file",
