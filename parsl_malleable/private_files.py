@@ -12,6 +12,11 @@ anything it writes there could be read by them. So, as ssh's StrictModes does:
   FIFO, and only when it is a regular file owned by this user that nobody else may change (nor
   read, for a secret); the checks and the read use the same open file, so the file checked is the
   file read;
+* a folder or file is trusted only when no folder above it lets another user replace it: every
+  parent must belong to root or this user and be writable by nobody else, except a sticky
+  folder (``/tmp``), where others may not rename what they do not own, so only a child this user
+  (or root) owns is safe there; a group-writable parent is accepted only when the group is this
+  user's own (no other member), as OpenSSH's ``StrictModes`` judges it;
 * a file is written atomically (a fresh ``0600`` temporary file, then a rename), so a reader
   sees the old file or the new one, never half of one.
 """
@@ -20,8 +25,10 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import grp
 import logging
 import os
+import pwd
 import stat
 from collections.abc import Iterator
 from pathlib import Path
@@ -53,11 +60,78 @@ def _owner_problem(info: os.stat_result) -> str | None:
     )
 
 
+def _group_is_mine(gid: int) -> bool:
+    """Whether group ``gid`` holds nobody but this user (a user-private group), as OpenSSH
+    accepts a group-writable home: its write bit then lets no one else act."""
+    if gid != os.getegid():
+        return False
+    try:
+        me = pwd.getpwuid(os.geteuid()).pw_name
+        members = grp.getgrgid(gid).gr_mem
+    except KeyError:
+        return False
+    return all(member == me for member in members)
+
+
+def parent_problem(path: Path | str) -> str | None:
+    """Why another user could replace ``path`` through a folder above it, or None.
+
+    The path is resolved (its links followed) and each folder from ``/`` down to the one that
+    holds it is judged: it must belong to root or this user, and no one else may write it,
+    unless it is sticky (only an entry's owner may rename it there) and the entry below it
+    belongs to root or this user. A missing tail (a folder not made yet) is judged from its
+    nearest existing ancestor, as it will be created private under it."""
+    me = os.geteuid()
+    target = Path(os.path.realpath(Path(path).expanduser()))
+    chain = [target, *target.parents]
+    chain.reverse()  # "/" first
+    below: dict[Path, os.stat_result] = {}
+    for folder, child in zip(chain, chain[1:], strict=False):
+        try:
+            info = os.stat(folder)
+        except FileNotFoundError:
+            return None  # the rest is created by this user, private
+        try:
+            below[child] = os.lstat(child)
+        except FileNotFoundError:
+            below.pop(child, None)
+        if info.st_uid not in (0, me):
+            return (
+                f"the folder {folder} above it belongs to uid {info.st_uid}, who can rename or "
+                "replace anything in it; use a path under folders only you (or root) own"
+            )
+        mode = stat.S_IMODE(info.st_mode)
+        loose = mode & _OTHERS_WRITE
+        if loose & 0o020 and not loose & 0o002 and _group_is_mine(info.st_gid):
+            loose = 0
+        if not loose:
+            continue
+        entry = below.get(child)
+        if mode & stat.S_ISVTX and (entry is None or entry.st_uid in (0, me)):
+            continue  # sticky: others cannot rename or remove an entry they do not own
+        return (
+            f"the folder {folder} above it has mode {mode:04o}, so {_who(loose)} can rename "
+            "it and put their own in its place mid-run. Fix: `chmod g-w,o-w "
+            f"{folder}` (or `chmod +t` it), or use a path under a folder only you can write"
+        )
+    return None
+
+
+def check_parents(path: Path | str, *, what: str = "folder") -> None:
+    """:class:`UnsafePathError` naming the folder above ``path`` that lets another user
+    replace it (:func:`parent_problem`), for the ``what`` the user gave."""
+    problem = parent_problem(path)
+    if problem:
+        raise UnsafePathError(f"refusing the {what} {path}: {problem}")
+
+
 def private_dir(path: Path | str, *, what: str = "folder") -> Path:
     """Create ``path`` (and its missing parents) private to this user, or check and narrow an
     existing one; the path. :class:`UnsafePathError` (naming the folder, its mode and the fix)
-    for a symbolic link, a non-folder, a folder of another user, or one others can write."""
+    for a symbolic link, a non-folder, a folder of another user, one others can write, or one
+    under a parent that lets others replace it (:func:`check_parents`)."""
     path = Path(path).expanduser()
+    check_parents(path, what=what)
     try:
         path.mkdir(mode=PRIVATE_DIR_MODE, parents=True)
     except FileExistsError:
@@ -197,7 +271,9 @@ def write_private_bytes(path: Path | str, data: bytes) -> None:
 __all__ = [
     "PRIVATE_DIR_MODE",
     "PRIVATE_FILE_MODE",
+    "check_parents",
     "check_private_file",
+    "parent_problem",
     "private_dir",
     "read_private_bytes",
     "read_regular_file",
