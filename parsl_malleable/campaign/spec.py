@@ -53,6 +53,18 @@ Solver = Literal["cbc", "highs", "greedy", "equal"]
 assert set(Objective.__args__) == set(OBJECTIVES)  # type: ignore[attr-defined]
 assert set(Solver.__args__) == set(SOLVERS)  # type: ignore[attr-defined]
 
+MAX_CAMPAIGN_JOBS = 10_000
+"""The most jobs a campaign's ``jobs`` and ``sweeps`` may expand to, the same bound as a random
+sweep's or a search's ``trials``. Every job is a state row, a checkpoint folder, a Parsl task and
+a line of every table; far more is a mistake (a grid of 40 parameters of 4 values each is 4**40
+points from a 1 kB file), and expanding it would take the machine's memory before any message.
+The size is computed as a product, never by expanding."""
+
+
+def _count(number: int) -> str:
+    """``1,048,576``; ``1.21e+30`` from 31 digits on (a count no one reads digit by digit)."""
+    return f"{number:,}" if number < 10**30 else f"{number:.2e}"
+
 
 class JobTemplate(InputModel):
     """What every job needs; sweeps and jobs both start from these fields."""
@@ -173,7 +185,25 @@ class Sweep(JobTemplate):
             raise ValueError("grid needs at least one parameter, each with at least one value")
         if self.architectures is not None and not self.architectures:
             raise ValueError("architectures needs at least one entry")
+        if self.grid is not None and self.size() > MAX_CAMPAIGN_JOBS:
+            counts = [len(v) for v in self.grid.values()]
+            product = " x ".join(map(str, counts)) if len(counts) <= 8 else "the product"
+            raise ValueError(
+                f"grid expands to {_count(self.size())} jobs ({product} of the value counts of "
+                f"its {len(counts)} parameter(s)); a campaign runs at most "
+                f"{MAX_CAMPAIGN_JOBS:,} jobs: list fewer values, or use random or a search "
+                "with a trials budget"
+            )
         return self
+
+    def size(self) -> int:
+        """How many jobs the sweep expands to, computed without expanding it."""
+        if self.grid is not None:
+            return math.prod(len(values) for values in self.grid.values())
+        if self.random is not None:
+            return self.random.trials
+        assert self.architectures is not None
+        return len(self.architectures)
 
     def points(self) -> list[dict[str, Any]]:
         """The argument sets of the sweep, in order."""
@@ -387,6 +417,14 @@ class Campaign(InputModel):
             raise ValueError(
                 "searches need the campaign's metric, the reported value they optimise: "
                 "metric: {name: test_accuracy, direction: max}"
+            )
+        total = len(self.jobs) + sum(sweep.size() for sweep in self.sweeps)
+        if total > MAX_CAMPAIGN_JOBS:
+            parts = [f"jobs: {len(self.jobs)}"] if self.jobs else []
+            parts += [f"sweeps[{i}]: {s.size():,}" for i, s in enumerate(self.sweeps)]
+            raise ValueError(
+                f"jobs and sweeps expand to {total:,} jobs ({', '.join(parts)}); a campaign "
+                f"runs at most {MAX_CAMPAIGN_JOBS:,}: split it into several campaigns"
             )
         return self
 
@@ -630,6 +668,7 @@ def add_python_path(campaign: Campaign, base: Path) -> list[str]:
 
 
 __all__ = [
+    "MAX_CAMPAIGN_JOBS",
     "Campaign",
     "JobEntry",
     "MonitoringSpec",

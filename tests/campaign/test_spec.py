@@ -3,6 +3,7 @@ larger than its site is one of them."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ from click.testing import CliRunner
 
 from parsl_malleable.campaign.runner import CampaignRunner, site_profile
 from parsl_malleable.campaign.spec import (
+    MAX_CAMPAIGN_JOBS,
     check_site_fits,
     load_campaign,
     parse_campaign,
@@ -250,3 +252,55 @@ def test_a_job_larger_than_the_first_snapshot_fails_instead_of_waiting(tmp_path:
     assert rows["a"].error is not None
     assert "job a: min_nodes 4 is more than the 3 node(s) site 'local-slurm' has" in rows["a"].error
     runner.store.close()
+
+
+@pytest.mark.parametrize(
+    ("grid", "count", "product"),
+    [
+        # 40 parameters of 4 values: a 1 kB file once took 3.1 GB and hung validate
+        ({f"p{i}": [1, 2, 3, 4] for i in range(40)}, "1,208,925,819,614,629,174,706,176", None),
+        # a plain million-point grid: `run --dry-run` ended in a MemoryError traceback
+        ({f"p{i}": list(range(10)) for i in range(6)}, "1,000,000", "10 x 10 x 10 x 10 x 10 x 10"),
+    ],
+)
+def test_a_grid_too_large_is_refused_from_its_size_without_expanding_it(
+    tmp_path: Path, grid: dict, count: str, product: str | None
+) -> None:
+    path = write(tmp_path, {"sweeps": [{"name": "s", "app": APP, "grid": grid}]})
+    what = product or "the product"
+    expected = (
+        f"Error: {path}: sweeps[0]: grid expands to {count} jobs ({what} of the value counts of "
+        f"its {len(grid)} parameter(s)); a campaign runs at most 10,000 jobs: list fewer values, "
+        "or use random or a search with a trials budget\n"
+    )
+    for command in (["validate"], ["run", "--dry-run"]):
+        started = time.perf_counter()
+        out = CliRunner().invoke(main, [*command, str(path)])
+        assert time.perf_counter() - started < 2.0, command
+        assert out.exit_code == 1 and isinstance(out.exception, SystemExit), out.output
+        assert out.output == expected
+
+
+def test_the_bound_counts_every_job_and_sweep_of_the_campaign(tmp_path: Path) -> None:
+    sweeps = [
+        {
+            "name": "s",
+            "app": APP,
+            "epochs": 1,
+            "grid": {"lr": [0.1 + i for i in range(100)], "seed": list(range(100))},
+        },
+        {
+            "name": "t",
+            "app": APP,
+            "epochs": 1,
+            "architectures": [{"hidden": [8 + i]} for i in range(5)],
+        },
+    ]
+    assert error_of(tmp_path, {"jobs": [job()], "sweeps": sweeps}) == (
+        f"{tmp_path / 'c.yaml'}: (campaign): jobs and sweeps expand to 10,006 jobs (jobs: 1, "
+        "sweeps[0]: 10,000, sweeps[1]: 5); a campaign runs at most 10,000: split it into several "
+        "campaigns"
+    )
+    assert MAX_CAMPAIGN_JOBS == 10_000
+    campaign = parse_campaign({"sweeps": sweeps[:1]})  # at the bound: fine
+    assert [s.size() for s in campaign.sweeps] == [10_000]
