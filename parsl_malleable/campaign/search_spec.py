@@ -207,6 +207,14 @@ class PrunerSpec(InputModel):
             value = getattr(self, key)
             if isinstance(value, int) and value < 1:
                 raise ValueError(f"{key} must be at least 1 (or auto); got {value}")
+        low, high = self.min_resource, self.max_resource
+        if isinstance(low, int) and isinstance(high, int) and low > high:
+            # Optuna takes it and builds brackets whose first rung is past the last step: no
+            # trial is ever judged, so the search silently runs without pruning.
+            raise ValueError(
+                f"min_resource ({low}) is more than max_resource ({high}): no trial would ever "
+                "reach a rung, so none would be pruned"
+            )
         return self
 
     def options(self) -> dict[str, Any]:

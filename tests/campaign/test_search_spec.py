@@ -197,3 +197,22 @@ def test_parallel_defaults_to_the_sites_node_count(tmp_path: Path) -> None:
 
     expected = site_capacity(site_profile(load_campaign(path)))[0]
     assert data["searches"][0]["parallel"] == expected > 1
+
+
+def test_hyperband_with_min_resource_above_max_resource_is_refused_in_one_line(
+    tmp_path: Path,
+) -> None:
+    # Optuna takes it and never prunes: every rung lies past the last step.
+    pruner = {"type": "hyperband", "min_resource": 9, "max_resource": 3, "reduction_factor": 3}
+    path = write(tmp_path, searches=[search(pruner=pruner)])
+    out = CliRunner().invoke(main, ["validate", str(path)])
+    assert isinstance(out.exception, SystemExit)  # click's exit, not an error raised
+    assert out.exit_code == 1, out.output
+    assert out.output == (
+        f"Error: {path}: searches[0].pruner: min_resource (9) is more than max_resource (3): no "
+        "trial would ever reach a rung, so none would be pruned\n"
+    )
+    assert "Traceback" not in out.output
+    # equal ends, or auto, stay allowed
+    load_campaign(write(tmp_path, searches=[search(pruner={**pruner, "min_resource": 3})]))
+    load_campaign(write(tmp_path, searches=[search(pruner={**pruner, "max_resource": "auto"})]))
