@@ -279,3 +279,51 @@ __all__ = [
     "read_regular_file",
     "write_private_bytes",
 ]
+
+
+# Check-only helpers for commands that read a folder or trust a file without writing there.
+
+
+def others_write_bits(path: Path | str, info: os.stat_result) -> int:
+    """The write bits of ``info`` (the status of ``path``) that let a user other than this one
+    change it: group and other write, less the group bit of a group that is this user's alone
+    (:func:`_group_is_mine`) where no POSIX ACL widens it, as the folders above are judged."""
+    loose = stat.S_IMODE(info.st_mode) & _OTHERS_WRITE
+    if loose == 0o020 and _group_is_mine(info.st_gid):
+        try:
+            os.getxattr(path, "system.posix_acl_access")
+        except OSError:  # no ACL (ENODATA), or none possible (ENOTSUP): the bits say it all
+            return 0
+    return loose
+
+
+def check_private_dir(path: Path | str, *, what: str = "folder") -> Path:
+    """The checks :func:`private_dir` makes of an existing folder, changing nothing (no folder
+    is made, no mode narrowed), for commands that only read it (``status``); the path.
+    :class:`UnsafePathError` for a symbolic link, a non-folder, another user's folder, one
+    others can write, or one under a parent that lets others replace it;
+    ``FileNotFoundError`` when it does not exist."""
+    path = Path(path).expanduser()
+    check_parents(path, what=what)
+    info = os.lstat(path)
+    if stat.S_ISLNK(info.st_mode):
+        raise UnsafePathError(
+            f"refusing the {what} {path}: it is a symbolic link, which another user could point "
+            "anywhere; give the folder itself"
+        )
+    if not stat.S_ISDIR(info.st_mode):
+        raise UnsafePathError(f"refusing the {what} {path}: it is not a folder")
+    problem = _owner_problem(info)
+    if problem:
+        raise UnsafePathError(f"refusing the {what} {path}: {problem}")
+    mode = stat.S_IMODE(info.st_mode)
+    if mode & _OTHERS_WRITE:
+        raise UnsafePathError(
+            f"refusing the {what} {path}: its mode is {mode:04o}, so {_who(mode & _OTHERS_WRITE)} "
+            "can add, replace or remove its files (a planted file could make this command act "
+            f"for them). Fix: check its contents, then `chmod 700 {path}`"
+        )
+    return path
+
+
+__all__ += ["check_private_dir", "others_write_bits"]

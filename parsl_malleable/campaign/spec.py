@@ -34,6 +34,11 @@ from parsl_malleable.allocate.objectives import OBJECTIVES
 from parsl_malleable.allocate.solve import SOLVERS
 from parsl_malleable.campaign.app_args import ArgTypes, check_app_args, resolve_app
 from parsl_malleable.campaign.search_spec import Distribution, PrunerSpec, SamplerSpec, check_space
+from parsl_malleable.campaign.trusted_files import (
+    check_app_module,
+    check_campaign_file,
+    check_python_path,
+)
 from parsl_malleable.controller.model import JOB_MAX_NODES, JOB_MIN_NODES, JOB_PRIORITY
 from parsl_malleable.controller.policy import PolicySettings
 from parsl_malleable.elastic.metric_book import KEY as METRIC_NAME
@@ -527,6 +532,7 @@ def check_apps(campaign: Campaign, *, source: str = "<campaign>") -> None:
     problems = []
     for kind, i, entry in _entries(campaign):
         try:
+            check_app_module(entry.app)  # before it runs: no other user's code imported as us
             fn = resolve_app(entry.app)
         except ValueError as exc:
             problems.append(f"{kind}[{i}].app: {exc}")
@@ -643,13 +649,34 @@ def check_site_fits(
 def load_campaign(path: str | Path) -> Campaign:
     """Read, validate and check the apps of a campaign file."""
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise ConfigError(f"campaign {path}: no such file")
+    if not path.is_file():  # a FIFO would hang a reader; the loader checks again as it opens
+        raise ConfigError(
+            f"campaign {path}: not a regular file ({_file_kind(path)}); give the campaign's "
+            "YAML file"
+        )
+    check_campaign_file(path)  # it names code to import: nobody else may have changed it
     data = load_yaml_file(path, "campaign")
     campaign = parse_campaign(data if data is not None else {}, source=str(path))
     add_python_path(campaign, path.parent)
     check_apps(campaign, source=str(path))
     return campaign
+
+
+def _file_kind(path: Path) -> str:
+    """What ``path`` is when it is not a regular file, for a message: ``a FIFO``."""
+    import stat
+
+    mode = path.stat().st_mode
+    kinds = [
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    ]
+    return next((name for test, name in kinds if test(mode)), "not a file")
 
 
 def add_python_path(campaign: Campaign, base: Path) -> list[str]:
@@ -658,6 +685,7 @@ def add_python_path(campaign: Campaign, base: Path) -> list[str]:
     import os
     import sys
 
+    check_python_path(base / p for p in campaign.python_path)  # before they shadow any module
     folders = [str((base / p).resolve()) for p in campaign.python_path]
     for folder in reversed(folders):
         if folder not in sys.path:
