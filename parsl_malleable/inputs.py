@@ -365,22 +365,74 @@ class _PlainLoader(yaml.SafeLoader):
         finally:
             self.depth -= 1
 
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        # YAML keeps the last of two equal keys without a word: a campaign with `epochs` twice,
+        # or a second `jobs:` list, would run something other than what most of it says.
+        first: dict[Any, int] = {}  # key -> the line it was first given on
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<:`, flattened by SafeLoader
+                continue
+            key = self.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            try:
+                repeated = key in first
+            except TypeError:  # an unhashable key: the constructor below says so
+                continue
+            if repeated:
+                raise _Refused(
+                    key_node.start_mark,
+                    f"key {key!r} is given twice in one mapping (lines {first[key]} and {line}); "
+                    "YAML would keep only the last: keep one",
+                )
+            first[key] = line
+        return super().construct_mapping(node, deep=deep)
+
 
 def _parse_yaml(
     text: str | bytes, where: Callable[[int | None], str], error: type[Exception]
 ) -> Any:
     """The document in ``text``; ``error`` with ``where(line)`` (1-based, None: unknown) first."""
-    loader = _PlainLoader(text)
+    loader = None
     try:
+        # The reader decodes as it is made: a binary or non-UTF-8 file fails here already.
+        loader = _PlainLoader(text)
         return loader.get_single_data()
     except _Refused as exc:
         raise error(f"{where(_line(exc.mark))}: {exc.message}") from None
+    except yaml.reader.ReaderError as exc:
+        raise error(f"{where(_reader_line(text, exc))}: {_not_text(exc)}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         problem = getattr(exc, "problem", None) or exc
         raise error(f"{where(_line(mark))}: not valid YAML: {problem}") from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
+
+
+def _reader_line(text: str | bytes, exc: yaml.reader.ReaderError) -> int | None:
+    """The 1-based line of a character the YAML reader refused. Its position counts bytes of
+    the file for a byte that does not decode, characters of the decoded text otherwise."""
+    if isinstance(text, bytes) and exc.encoding != "unicode":
+        return text[: exc.position].count(b"\n") + 1
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", errors="replace")
+    return text[: exc.position].count("\n") + 1
+
+
+def _not_text(exc: yaml.reader.ReaderError) -> str:
+    """One line for what the YAML reader refused: bytes that are not UTF-8 (UTF-16 with its
+    byte order mark is read too), or a control character no YAML text may hold."""
+    code = exc.character if isinstance(exc.character, int) else ord(exc.character)
+    if exc.encoding != "unicode":
+        return (
+            f"not UTF-8 text (byte 0x{code:02x} at offset {exc.position}: {exc.reason}); a "
+            "YAML file is UTF-8 text: is this the file you meant? (re-save it as UTF-8)"
+        )
+    return (
+        f"not YAML text: character U+{code:04X} at offset {exc.position} is not allowed "
+        f"({exc.reason}); is this the file you meant?"
+    )
 
 
 def _line(mark: yaml.Mark | None) -> int | None:

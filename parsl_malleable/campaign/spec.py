@@ -649,14 +649,34 @@ def check_site_fits(
 def load_campaign(path: str | Path) -> Campaign:
     """Read, validate and check the apps of a campaign file."""
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise ConfigError(f"campaign {path}: no such file")
+    if not path.is_file():  # a FIFO would hang a reader; the loader checks again as it opens
+        raise ConfigError(
+            f"campaign {path}: not a regular file ({_file_kind(path)}); give the campaign's "
+            "YAML file"
+        )
     check_campaign_file(path)  # it names code to import: nobody else may have changed it
     data = load_yaml_file(path, "campaign")
     campaign = parse_campaign(data if data is not None else {}, source=str(path))
     add_python_path(campaign, path.parent)
     check_apps(campaign, source=str(path))
     return campaign
+
+
+def _file_kind(path: Path) -> str:
+    """What ``path`` is when it is not a regular file, for a message: ``a FIFO``."""
+    import stat
+
+    mode = path.stat().st_mode
+    kinds = [
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    ]
+    return next((name for test, name in kinds if test(mode)), "not a file")
 
 
 def add_python_path(campaign: Campaign, base: Path) -> list[str]:

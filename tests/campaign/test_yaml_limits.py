@@ -117,3 +117,71 @@ def test_a_fifo_in_place_of_the_file_is_refused_without_hanging(tmp_path: Path) 
     with pytest.raises(ConfigError) as err:
         load_yaml_file(path, "campaign")
     assert str(err.value) == f"campaign {path}: not a regular file"
+
+
+def validate_line(path: Path, *command: str) -> str:
+    """What ``validate`` (or another command) says about ``path``: the one line of a refusal,
+    exit status 1, no traceback."""
+    out = CliRunner().invoke(main, [*(command or ("validate",)), str(path)])
+    assert out.exit_code == 1 and isinstance(out.exception, SystemExit), out.output
+    assert "Traceback" not in out.output and out.output.count("\n") == 1, out.output
+    return out.output.removeprefix("Error: ").removesuffix("\n")
+
+
+def test_a_fifo_as_the_campaign_reads_not_a_regular_file_not_no_such_file(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    os.mkfifo(path)  # nothing writes to it: a reader that opened it blocking would hang
+    expected = f"campaign {path}: not a regular file (a FIFO); give the campaign's YAML file"
+    assert validate_line(path) == expected
+    assert validate_line(path, "run", "--dry-run") == expected
+    assert validate_line(path, "run") == expected
+    with pytest.raises(ConfigError, match="no such file"):
+        load_campaign(tmp_path / "gone.yaml")
+
+
+def test_a_binary_file_is_refused_in_one_line_with_its_line(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_bytes(b"site: emulated\n\x7fELF\x02\x01\x01\x00\xd0\x90\xff\n")
+    assert validate_line(path) == (
+        f"{path}:2: not UTF-8 text (byte 0xff at offset 25: invalid start byte); a YAML file is "
+        "UTF-8 text: is this the file you meant? (re-save it as UTF-8)"
+    )
+    path.write_bytes(b"site: emulated\njobs: []\n\x00\x01\n")  # UTF-8, but control characters
+    assert validate_line(path, "run", "--dry-run") == (
+        f"{path}:3: not YAML text: character U+0000 at offset 24 is not allowed (special "
+        "characters are not allowed); is this the file you meant?"
+    )
+
+
+def test_a_latin_1_file_is_refused_in_one_line_naming_the_byte(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_bytes(
+        "site: emulated\njobs:\n  - {name: a, app: 'm:f', args: {city: 'Zürich'}}\n".encode(
+            "latin-1"
+        )
+    )
+    assert validate_line(path) == (
+        f"{path}:3: not UTF-8 text (byte 0xfc at offset 62: invalid start byte); a YAML file is "
+        "UTF-8 text: is this the file you meant? (re-save it as UTF-8)"
+    )
+    with pytest.raises(ConfigError, match=r"campaign text \(line 1\): not YAML text"):
+        globus_driver.campaign_data("site: \x00")
+
+
+def test_a_key_given_twice_is_refused_with_the_key_and_its_lines(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text(
+        "site: emulated\njobs:\n  - name: a\n    app: 'm:f'\n    epochs: 1\n    epochs: 5\n"
+    )
+    assert validate_line(path) == (
+        f"{path}:6: key 'epochs' is given twice in one mapping (lines 5 and 6); YAML would keep "
+        "only the last: keep one"
+    )
+    path.write_text("jobs: [{name: a, app: 'm:f', name: b}]\n")
+    with pytest.raises(
+        ConfigError, match=r"key 'name' is given twice in one mapping \(lines 1 and 1\)"
+    ):
+        load_yaml_file(path, "campaign")
+    # the same key in two mappings, and YAML's merge key, are fine
+    path.write_text("a: {x: 1}\nb: {x: 2}\nc:\n  <<: {x: 3}\n  y: 4\n")
+    assert load_yaml_file(path, "campaign") == {"a": {"x": 1}, "b": {"x": 2}, "c": {"x": 3, "y": 4}}
