@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import stat
 from pathlib import Path
 
 import click
@@ -22,6 +23,7 @@ from parsl_malleable.campaign.examples import (
     notebook_path,
 )
 from parsl_malleable.errors import ConfigError
+from parsl_malleable.private_files import write_private_bytes
 
 # Campaign files the user edits are theirs alone, like everything else the project writes.
 FILE_MODE = 0o600
@@ -46,16 +48,51 @@ def write_example(name: str, folder: Path, force: bool = False) -> Path:
 
 def copy_into(source: Path, folder: Path, force: bool = False) -> Path:
     """Copy ``source`` into ``folder`` (created if needed), private to the user; refuse to
-    overwrite an existing file unless ``force`` (:class:`~parsl_malleable.errors.ConfigError`)."""
-    if folder.exists() and not folder.is_dir():
-        raise ConfigError(f"{folder} is not a folder")
+    overwrite an existing file unless ``force`` (:class:`~parsl_malleable.errors.ConfigError`).
+
+    The file is never written through a symbolic link: another user who can write ``folder``
+    could have planted one named like the example, pointing at a file of this user. A new file
+    is created with ``O_EXCL | O_NOFOLLOW`` (a name that exists, a dangling link included, is
+    refused); ``force`` writes a fresh file beside it and renames it over the old one, and
+    refuses a link or anything but a regular file in its place."""
     target = folder / source.name
-    if target.exists() and not force:
+    text = source.read_bytes()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise ConfigError(f"{folder} is not a folder") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot create the folder {folder}: {exc.strerror}") from None
+    try:
+        there = os.lstat(target)
+    except FileNotFoundError:
+        there = None
+    if there is not None and stat.S_ISLNK(there.st_mode):
+        raise ConfigError(
+            f"{target} is a symbolic link (to {os.readlink(target)}); refusing to write through "
+            "it: remove the link, or init into a folder only you can write"
+        )
+    if there is not None and not force:
         raise ConfigError(f"{target} exists; left as it is (--force overwrites it)")
-    folder.mkdir(parents=True, exist_ok=True)
-    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
-    with os.fdopen(os.open(target, flags, FILE_MODE), "w") as out:
-        out.write(source.read_text())
+    if there is not None:
+        if not stat.S_ISREG(there.st_mode):
+            raise ConfigError(f"{target} exists and is not a regular file; left as it is")
+        # A fresh 0600 file renamed over the old one: the rename replaces the name itself, so
+        # even a link swapped in meanwhile is replaced, never followed.
+        try:
+            write_private_bytes(target, text)
+        except OSError as exc:
+            raise ConfigError(f"cannot write {target}: {exc.strerror}") from None
+        return target
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(target, flags, FILE_MODE)
+    except FileExistsError:  # planted between the check and the open
+        raise ConfigError(f"{target} exists; left as it is (--force overwrites it)") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot write {target}: {exc.strerror}") from None
+    with os.fdopen(fd, "wb") as out:
+        out.write(text)
     return target
 
 
