@@ -11,14 +11,17 @@ YAML list a fine ``tuple``), less its conversions of text and bools to numbers: 
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import importlib
 import inspect
+import os
+import threading
 import traceback
 import types
 import typing
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, NoReturn
 
 from pydantic import ConfigDict, TypeAdapter, ValidationError
 from pydantic.errors import PydanticSchemaGenerationError
@@ -31,11 +34,14 @@ def resolve_app(ref: str) -> Callable[..., Any]:
     if not sep or not module_name or not attr:
         raise ValueError(f"app must look like 'module:function'; got {ref!r}")
     try:
-        module = importlib.import_module(module_name)
+        with _exit_refused():
+            module = importlib.import_module(module_name)
     except ImportError as exc:
         raise ValueError(f"cannot import {module_name!r}: {exc}") from None
     except Exception as exc:  # the app's own code failed: name it, no traceback through click
         raise ValueError(f"cannot import {module_name!r}: {import_failure(exc)}") from None
+    except (SystemExit, _ExitAtImport) as exc:  # `validate` would end with the app's status
+        raise ValueError(f"cannot import {module_name!r}: {exit_failure(exc)}") from None
     fn: Any = module
     for part in attr.split("."):
         fn = getattr(fn, part, None)
@@ -44,6 +50,61 @@ def resolve_app(ref: str) -> Callable[..., Any]:
     if not callable(fn):
         raise ValueError(f"{ref!r} is not callable")
     return fn
+
+
+class _ExitAtImport(BaseException):
+    """``os._exit(code)`` called by a module while :func:`resolve_app` imports it, raised in its
+    place. A BaseException, like SystemExit, so that the module's own ``except Exception`` does
+    not swallow it."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+_real_os_exit = os._exit
+_importing: set[int] = set()  # threads in resolve_app's import of an app module
+
+
+def _os_exit_guard(code: int) -> NoReturn:
+    """``os._exit`` while an app module is imported: in the importing thread it raises, so the
+    check can name the app instead of the process ending at once with the app's status (rc 0,
+    not a word, for ``os._exit(0)``); anywhere else, and after the import (a module that kept
+    ``from os import _exit``), it is the real one."""
+    if threading.get_ident() in _importing:
+        raise _ExitAtImport(code)
+    _real_os_exit(code)
+
+
+@contextlib.contextmanager
+def _exit_refused() -> Iterator[None]:
+    """Around an app's import: ``os._exit`` in this thread raises :class:`_ExitAtImport`.
+
+    ``os._exit`` cannot be caught; the alternative, importing every app in a child process first,
+    would import torch twice per ``validate``. A hard crash at import (a signal) is not caught."""
+    _importing.add(threading.get_ident())
+    os._exit = _os_exit_guard
+    try:
+        yield
+    finally:
+        _importing.discard(threading.get_ident())
+        if not _importing:
+            os._exit = _real_os_exit
+
+
+def exit_failure(exc: SystemExit | _ExitAtImport) -> str:
+    """``file:line: called sys.exit(2) while imported; ...`` for a module that exits at import."""
+    call = "sys.exit" if isinstance(exc, SystemExit) else "os._exit"
+    frames = [
+        f
+        for f in traceback.extract_tb(exc.__traceback__)
+        if not f.filename.startswith("<frozen") and f.filename != __file__
+    ]
+    where = f"{frames[-1].filename}:{frames[-1].lineno}: " if frames else ""
+    return (
+        f"{where}called {call}({exc.code!r}) while imported; an app module must not exit at "
+        "import (put that code under `if __name__ == '__main__':`)"
+    )
 
 
 def import_failure(exc: BaseException) -> str:

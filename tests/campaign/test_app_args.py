@@ -168,3 +168,58 @@ def test_an_app_module_that_fails_to_import_is_one_line_naming_file_and_line(
     assert result.stderr == (
         f"Error: {path}: jobs[0].app: cannot import {name!r}: {module}:{expected}\n"
     )
+
+
+@pytest.mark.parametrize(
+    ("source", "call"),
+    [
+        ("import sys\n\nsys.exit(0)\n", "sys.exit(0)"),
+        ("import sys\n\nsys.exit('usage: ...')\n", "sys.exit('usage: ...')"),
+        ("import os\n\nos._exit(0)\n", "os._exit(0)"),  # cannot be caught: refused in its stead
+        ("from os import _exit\n\n_exit(4)\n", "os._exit(4)"),
+    ],
+)
+def test_an_app_module_that_exits_at_import_fails_validate_naming_it(
+    tmp_path: Path, source: str, call: str
+) -> None:
+    """`validate` once ended silently with the app's status (rc 0 for an exit(0))."""
+    (tmp_path / "exits.py").write_text(source + "\n\ndef train(ctx):\n    pass\n")
+    path = tmp_path / "c.yaml"
+    path.write_text(
+        yaml.safe_dump({"python_path": ["."], "jobs": [{"name": "a", "app": "exits:train"}]})
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "parsl_malleable", "validate", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 1, result.stderr
+    assert result.stderr == (
+        f"Error: {path}: jobs[0].app: cannot import 'exits': {tmp_path / 'exits.py'}:3: called "
+        f"{call} while imported; an app module must not exit at import (put that code under "
+        "`if __name__ == '__main__':`)\n"
+    )
+
+
+def test_os_exit_is_the_real_one_again_after_the_import(tmp_path: Path) -> None:
+    import os
+
+    from parsl_malleable.campaign.app_args import resolve_app
+
+    real = os._exit
+    (tmp_path / "keeps_exit.py").write_text("from os import _exit\n\ndef train(ctx):\n    pass\n")
+    sys.path.insert(0, str(tmp_path))
+    try:
+        resolve_app("keeps_exit:train")
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("keeps_exit", None)
+    assert os._exit is real
+    # a child that calls the _exit the module kept really exits (the guard passes it on)
+    code = (
+        f"import sys; sys.path.insert(0, {str(tmp_path)!r})\n"
+        "from parsl_malleable.campaign.app_args import resolve_app\n"
+        "resolve_app('keeps_exit:train')\nimport keeps_exit\nkeeps_exit._exit(7)\n"
+    )
+    assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 7
