@@ -12,18 +12,52 @@ import contextlib
 import errno
 import fcntl
 import os
+import stat
 from pathlib import Path
 from types import TracebackType
 
-from parsl_malleable.errors import ConfigError
+from parsl_malleable.errors import ConfigError, UnsafePathError
 from parsl_malleable.private_files import check_private_file
 
 LOCK_FILE = "driver.lock"
 
 
+def _checked(fd: int, path: Path) -> int:
+    """``fd`` when it is open on a regular file of this user that nobody else may change; else
+    it is closed and :class:`UnsafePathError` says why (a FIFO planted as the lock would hang
+    or fool whoever waits on it)."""
+    info = os.fstat(fd)
+    problem = None
+    if not stat.S_ISREG(info.st_mode):
+        problem = "it is not a regular file (another user may have planted it); delete it"
+    elif info.st_uid != os.geteuid():
+        problem = f"it belongs to uid {info.st_uid}, not to this user; delete it"
+    elif stat.S_IMODE(info.st_mode) & 0o022:
+        problem = f"its mode is {stat.S_IMODE(info.st_mode):04o}: others can change it; delete it"
+    if problem is None:
+        return fd
+    os.close(fd)
+    raise UnsafePathError(f"refusing the driver lock {path}: {problem}")
+
+
+def _open_nofollow(path: Path, flags: int) -> int:
+    """``os.open`` that follows no link and never blocks (on a FIFO); a link is refused with
+    :class:`UnsafePathError`, other errors pass through."""
+    try:
+        return os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UnsafePathError(
+                f"refusing the driver lock {path}: it is a symbolic link, which could point "
+                "anywhere; delete it"
+            ) from None
+        raise
+
+
 def _open(path: Path) -> int:
     check_private_file(path)  # a planted link or another user's file is refused
-    return os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    # Checked again on the open file: something may have been planted since the check.
+    return _checked(_open_nofollow(path, os.O_RDWR | os.O_CREAT), path)
 
 
 class DriverLock:
@@ -62,11 +96,13 @@ class DriverLock:
 
 
 def driver_running(folder: Path) -> bool:
-    """Whether a driver holds ``folder``'s lock now (False when there is no lock file)."""
+    """Whether a driver holds ``folder``'s lock now (False when there is no lock file);
+    :class:`UnsafePathError` for a link, a FIFO or anything but this user's regular file in its
+    place, which no driver made (asked without blocking: a FIFO would hang the asker)."""
     path = Path(folder) / LOCK_FILE
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
+        fd = _checked(_open_nofollow(path, os.O_RDONLY), path)
+    except FileNotFoundError:
         return False
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)

@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import os
 import signal
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -53,3 +55,39 @@ def test_a_planted_link_is_not_followed(tmp_path: Path) -> None:
     with pytest.raises(UnsafePathError, match="symbolic link"):
         DriverLock(tmp_path).__enter__()
     assert target.read_text() == "keep"
+
+
+ASK = """
+import sys
+from pathlib import Path
+from parsl_malleable.campaign.driver_lock import DriverLock, driver_running
+from parsl_malleable.errors import UnsafePathError
+folder = Path(sys.argv[1])
+for ask in (lambda: driver_running(folder), lambda: DriverLock(folder).__enter__()):
+    try:
+        ask()
+        print("answered")
+    except UnsafePathError as exc:
+        print(exc)
+"""
+
+
+def test_a_fifo_as_the_lock_is_refused_without_hanging(tmp_path: Path) -> None:
+    """A FIFO planted as ``driver.lock`` blocked the open of ``status`` and ``retry`` forever
+    (no writer ever comes); both questions are now answered at once, refusing it."""
+    os.mkfifo(tmp_path / "driver.lock", 0o600)
+    done = subprocess.run(
+        [sys.executable, "-c", ASK, str(tmp_path)], capture_output=True, text=True, timeout=30
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert len(lines) == 2 and all("is not a regular file" in line for line in lines), lines
+    assert stat.S_ISFIFO(os.lstat(tmp_path / "driver.lock").st_mode)  # refused, left as it is
+
+
+def test_status_refuses_a_planted_link_instead_of_reading_through_it(tmp_path: Path) -> None:
+    target = tmp_path / "elsewhere"
+    target.write_text("keep")
+    (tmp_path / "driver.lock").symlink_to(target)
+    with pytest.raises(UnsafePathError, match="symbolic link"):
+        driver_running(tmp_path)
