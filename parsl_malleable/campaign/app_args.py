@@ -66,14 +66,14 @@ _real_os_exit = os._exit
 _importing: set[int] = set()  # threads in resolve_app's import of an app module
 
 
-def _os_exit_guard(code: int) -> NoReturn:
+def _os_exit_guard(status: int) -> NoReturn:
     """``os._exit`` while an app module is imported: in the importing thread it raises, so the
     check can name the app instead of the process ending at once with the app's status (rc 0,
     not a word, for ``os._exit(0)``); anywhere else, and after the import (a module that kept
     ``from os import _exit``), it is the real one."""
     if threading.get_ident() in _importing:
-        raise _ExitAtImport(code)
-    _real_os_exit(code)
+        raise _ExitAtImport(status)
+    _real_os_exit(status)
 
 
 @contextlib.contextmanager
