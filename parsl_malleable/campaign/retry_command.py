@@ -14,7 +14,9 @@ cannot race a driver that starts meanwhile; a folder a driver runs into now is r
 
 from __future__ import annotations
 
+import os
 import shutil
+import stat
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -24,6 +26,7 @@ import click
 from parsl_malleable.campaign.driver_lock import DriverLock, driver_running
 from parsl_malleable.errors import ConfigError, StateStoreError, UnsafePathError
 from parsl_malleable.inputs import FiniteFloat
+from parsl_malleable.private_files import check_private_dir, private_dir
 
 if TYPE_CHECKING:  # the runner imports Parsl; --help must stay light
     from parsl_malleable.campaign.runner import CampaignRunner
@@ -94,11 +97,32 @@ def mark_for_retry(folder: Path, names: Sequence[str], *, from_scratch: bool) ->
 
 
 def remove_checkpoints(path: Path) -> None:
-    """Remove one job's checkpoint folder (a link there is removed, not followed)."""
-    if path.is_symlink() or path.is_file():
-        path.unlink()
-    elif path.is_dir():
+    """Remove one job's checkpoint folder ``<output>/checkpoints/<job>``, never through a link:
+    a link there is removed itself, not followed, and the ``checkpoints`` folder above it must
+    be this user's own real folder that nobody else can change (a link planted in its place
+    would make the removal delete a folder outside the run):
+    :class:`~parsl_malleable.errors.UnsafePathError` otherwise, with nothing removed."""
+    holder = path.parent
+    try:
+        info = os.lstat(holder)
+    except FileNotFoundError:
+        return  # no checkpoints at all
+    if stat.S_ISLNK(info.st_mode):
+        raise UnsafePathError(
+            f"refusing the checkpoints folder {holder}: it is a symbolic link (to "
+            f"{os.readlink(holder)}), so removing checkpoints there would delete files outside "
+            "the run; nothing removed. Fix: check it, remove the link, then retry"
+        )
+    check_private_dir(holder, what="checkpoints folder")
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(info.st_mode):
+        # rmtree works from open folders and unlinks the links it meets, never following one.
         shutil.rmtree(path)
+    else:
+        path.unlink()
 
 
 def _refuse_if_running(folder: Path) -> None:
@@ -160,6 +184,9 @@ def retry(
     """
     recorded: str | None = None
     try:
+        # First, as `run` does: a folder another user can change may hold what they planted
+        # (a link as checkpoints, a FIFO as driver.lock), so nothing in it is read or removed.
+        private_dir(folder, what="output folder")
         _refuse_if_running(folder)
         store = _open_store(folder)
         try:

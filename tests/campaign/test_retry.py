@@ -9,6 +9,7 @@ other job keeps its result.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -130,6 +131,47 @@ def test_nothing_failed_is_nothing_to_retry(tmp_path: Path) -> None:
     out = CliRunner().invoke(main, ["retry", str(folder)])
     assert out.exit_code == 0
     assert "no failed job to retry" in out.output
+
+
+def test_from_scratch_never_deletes_through_a_checkpoints_link(tmp_path: Path) -> None:
+    """``checkpoints`` planted as a link to a folder outside the run: ``--from-scratch`` used to
+    rmtree ``checkpoints/b`` there; it now refuses in one line and removes nothing."""
+    folder = _folder(tmp_path)
+    outside = tmp_path / "outside"
+    (outside / "b").mkdir(parents=True)
+    (outside / "b" / "keep").write_text("keep")
+    shutil.rmtree(folder / "checkpoints")
+    (folder / "checkpoints").symlink_to(outside)
+    out = CliRunner().invoke(main, ["retry", str(folder), "b", "--from-scratch", "--no-run"])
+    assert out.exit_code == 1
+    assert f"refusing the checkpoints folder {folder / 'checkpoints'}: it is a symbolic link" in (
+        out.output
+    )
+    assert len(out.output.strip().splitlines()) == 1 and "Traceback" not in out.output
+    assert (outside / "b" / "keep").read_text() == "keep"
+    assert _rows(folder)["b"][0] == "failed"  # nothing marked either
+
+
+def test_from_scratch_removes_a_job_link_itself_not_its_target(tmp_path: Path) -> None:
+    folder = _folder(tmp_path)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep").write_text("keep")
+    (folder / "checkpoints" / "c").symlink_to(outside)
+    out = CliRunner().invoke(main, ["retry", str(folder), "c", "--from-scratch", "--no-run"])
+    assert out.exit_code == 0, out.output
+    assert not (folder / "checkpoints" / "c").is_symlink()
+    assert (outside / "keep").read_text() == "keep"
+
+
+def test_a_folder_others_can_write_is_refused_before_anything_is_read(tmp_path: Path) -> None:
+    folder = _folder(tmp_path)
+    folder.chmod(0o770)
+    out = CliRunner().invoke(main, ["retry", str(folder), "--from-scratch", "--no-run"])
+    assert out.exit_code == 1
+    assert "refusing the output folder" in out.output and "mode is 0770" in out.output
+    assert (folder / "checkpoints" / "b" / "step-4.pt").is_file()
+    assert _rows(folder)["b"][0] == "failed"
 
 
 # ------------------------------------------------------------------------------------- live
