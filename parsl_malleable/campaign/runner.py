@@ -420,7 +420,10 @@ class CampaignRunner:
 
         assert self.store is not None
         self.searches = SearchBook.open(
-            self.campaign, self.output, default_parallel=site_capacity(self.profile)[0]
+            self.campaign,
+            self.output,
+            default_parallel=site_capacity(self.profile)[0],
+            store=self.store,  # the state's trials keep their parameters in the study
         )
         self._add_trials(self.searches.entries())
         self.searches.reconcile(self.store.jobs(), self.store, self.run)
@@ -431,7 +434,15 @@ class CampaignRunner:
         assert self.store is not None
         for name, job, params in trials:
             self.entries[name] = (job, params)
-        self.store.sync_jobs((name, job.model_dump(), params) for name, job, params in trials)
+        changed = self.store.sync_jobs(
+            (name, job.model_dump(), params) for name, job, params in trials
+        )
+        for name in changed:  # the job keeps its state (a finished trial is not run again)
+            logger.warning(
+                "job %s: its trial's job differs from the one in the state (the campaign file "
+                "changed the search's fixed arguments); it keeps its state",
+                name,
+            )
         return [name for name, _, _ in trials]
 
     def _ask_trials(self) -> None:

@@ -16,6 +16,12 @@ allows. Where the driver died between the study's write and the campaign state's
 made to agree (:meth:`SearchBook.reconcile`): a pruning decision is written to the study first
 (then the state), a job's end to the state first (then the study).
 
+The journal is checked before Optuna reads it (:mod:`.search_journal`): refused in one line if
+another user could have written it; a torn last record cut, counted; any other damage moves
+it aside, and a damaged, missing or cut journal gets back from the campaign state every trial
+the state holds, under its own number, with the parameters its job trained with. So a job name
+that trained is never asked again with other parameters (:meth:`SearchBook.ask` refuses it).
+
 Optuna is imported here, so only a run that has searches imports it.
 """
 
@@ -29,7 +35,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from parsl_malleable.campaign.promise import EQUAL, Promise, promise
-from parsl_malleable.errors import ConfigError
+from parsl_malleable.campaign.search_journal import (
+    LOST,
+    JournalCheck,
+    check_journal,
+    complete_cut,
+    move_aside,
+    retell,
+    same_params,
+    trial_rows,
+)
+from parsl_malleable.errors import ConfigError, StateStoreError
 from parsl_malleable.private_files import private_dir
 
 if TYPE_CHECKING:
@@ -211,11 +227,25 @@ def _state(name: str) -> Any:
     return TrialState[name]
 
 
-def _open_study(search: Search, metric: MetricSpec, output: Path) -> Any:
-    """The study of ``search`` in ``output``, created or loaded, with its sampler and pruner."""
+def _create_study(path: Path, name: str, direction: Literal["maximize", "minimize"]) -> Any:
+    """Optuna's study ``name`` in the journal ``path``, created or loaded."""
     import optuna
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
+
+    storage = JournalStorage(JournalFileBackend(str(path)))
+    return optuna.create_study(
+        storage=storage, study_name=name, direction=direction, load_if_exists=True
+    )
+
+
+def _open_study(
+    search: Search, metric: MetricSpec, output: Path, store: CampaignStore | None = None
+) -> Any:
+    """The study of ``search`` in ``output``, created or loaded, with its sampler and pruner;
+    checked, repaired and made to hold every trial the campaign state ``store`` holds, with the
+    parameters its job trained with (:mod:`.search_journal`)."""
+    import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     folder = private_dir(Path(output) / FOLDER, what="Optuna study folder")
@@ -228,20 +258,44 @@ def _open_study(search: Search, metric: MetricSpec, output: Path) -> Any:
                 "search %s: removing the stale lock %s of a killed driver", search.name, lock
             )
             lock.unlink()
-    _drop_torn_tail(path)
-    storage = JournalStorage(JournalFileBackend(str(path)))
+    check = check_journal(path, search.name)
     direction: Literal["maximize", "minimize"] = (
         "maximize" if metric.direction == "max" else "minimize"
     )
-    study = optuna.create_study(
-        storage=storage, study_name=search.name, direction=direction, load_if_exists=True
-    )
+    try:
+        study = _create_study(path, search.name, direction)
+    except Exception as exc:  # whatever a record Optuna cannot replay raises (KeyError, ...)
+        if check.damage is not None:
+            raise  # a fresh journal that fails is no damage of ours to repair
+        detail = f"Optuna cannot replay it: {type(exc).__name__}: {exc}"
+        check = replace(check, damage=detail, aside=move_aside(path))
+        study = _create_study(path, search.name, direction)
     if study.direction.name.lower() != direction:
         raise ConfigError(
             f"search {search.name}: its study in {path} was made to {study.direction.name.lower()}"
             f" {study.user_attrs.get('metric', 'the metric')}; the campaign's metric "
             f"{metric.name} now says {metric.direction}: use another output folder"
         )
+    rows = trial_rows(search, store.jobs()) if store is not None else {}
+    completed: list[int] = []
+    if store is not None and check.damage is None:
+        completed = complete_cut(study, search, metric, rows, store)
+    trials = study.get_trials(deepcopy=False)
+    differ = [
+        search.trial_name(number)
+        for number, row in sorted(rows.items())
+        if number < len(trials) and not same_params(search, trials[number].params, row.params)
+    ]
+    if differ and check.damage is None:
+        # The state holds what trained: a study that gives a job name other parameters is
+        # not this campaign's, whatever else it holds.
+        detail = (
+            f"{len(differ)} trial(s) ({_span(differ)}) hold other parameters than their jobs "
+            "trained with"
+        )
+        check = replace(check, damage=detail, aside=move_aside(path))
+        study = _create_study(path, search.name, direction)
+        completed = []
     space = {name: dist.model_dump(exclude_unset=True) for name, dist in search.space.items()}
     if not study.user_attrs:
         study.set_user_attr("metric", metric.name)
@@ -253,6 +307,13 @@ def _open_study(search: Search, metric: MetricSpec, output: Path) -> Any:
             search.name,
             path,
         )
+    retold = list(completed)
+    if store is not None:
+        grid = None
+        if search.sampler.type == "grid":
+            grid = search.sampler.make(search.space, search.sampler.seed)
+        retold += retell(study, search, metric, rows, store, grid)
+    _say_repair(search, path, check, store, retold)
     existing = len(study.get_trials(deepcopy=False))
     seed = search.sampler.seed
     # The grid sampler shuffles its points by the seed and records trials by their index:
@@ -264,41 +325,84 @@ def _open_study(search: Search, metric: MetricSpec, output: Path) -> Any:
     return study
 
 
-def _drop_torn_tail(path: Path) -> None:
-    """Cut a last line without its newline (a driver killed while it appended): Optuna reads
-    past it, but its next append would join it into one line that no read can decode."""
-    if not path.is_file() or path.stat().st_size == 0:
-        return
-    with path.open("rb+") as file:
-        data = file.read()
-        if data.endswith(b"\n"):
-            return
-        keep = data.rfind(b"\n") + 1
-        file.truncate(keep)
-    logger.warning(
-        "%s: dropped %d byte(s) of a record torn when a driver was killed", path, len(data) - keep
+def _span(names: list[str]) -> str:
+    """``s-007..s-010`` (first and last of a sorted list), or the one name."""
+    return names[0] if len(names) == 1 else f"{names[0]}..{names[-1]}"
+
+
+def _say_repair(
+    search: Search,
+    path: Path,
+    check: JournalCheck,
+    store: CampaignStore | None,
+    retold: list[int],
+) -> None:
+    """One warning line for whatever :func:`_open_study` repaired: the file, what was wrong,
+    what it did about it (nothing: no line)."""
+    state = store.path if store is not None else None
+    names = [search.trial_name(number) for number in retold]
+    again = (
+        f"{len(names)} trial(s) ({_span(names)}) re-told from {state} with the parameters, "
+        "reports and ends of their jobs"
+        if names
+        else ""
     )
+    if check.damage is not None:
+        if state is None:
+            rebuilt = "began a new study"
+        else:
+            rebuilt = f"rebuilt its study from {state}: " + (again or "it holds no trial yet")
+        logger.warning(
+            "search %s: %s is damaged (%s); moved it to %s and %s",
+            search.name,
+            path,
+            check.damage,
+            check.aside,
+            rebuilt,
+        )
+    elif not check.existed and names:
+        logger.warning("search %s: %s is missing; rebuilt its study: %s", search.name, path, again)
+    elif check.torn or names:
+        said = []
+        if check.torn:
+            said.append(f"dropped {check.torn} byte(s) of a record torn when a driver was killed")
+        if names:
+            said.append(
+                f"{len(names)} trial(s) the state holds ({_span(names)}) were cut from it: "
+                f"re-told from {state} with the parameters, reports and ends of their jobs"
+            )
+        logger.warning("search %s: %s: %s", search.name, path, "; ".join(said))
 
 
 class SearchBook:
     """Every search of a campaign while it runs, and which job is which trial."""
 
-    def __init__(self, runs: list[SearchRun]) -> None:
+    def __init__(self, runs: list[SearchRun], store: CampaignStore | None = None) -> None:
         self.runs = {run.name: run for run in runs}
         self.jobs: dict[str, tuple[SearchRun, int]] = {}  # job -> (search, trial number)
+        self.store = store  # the campaign state, whose rows a new trial must not reuse
 
     @classmethod
-    def open(cls, campaign: Campaign, output: Path, default_parallel: int) -> SearchBook:
-        """Open (or create) every search's study; RUNNING trials become live again."""
+    def open(
+        cls,
+        campaign: Campaign,
+        output: Path,
+        default_parallel: int,
+        store: CampaignStore | None = None,
+    ) -> SearchBook:
+        """Open (or create) every search's study; RUNNING trials become live again. With the
+        campaign state ``store``, each study is first made to hold every trial the state holds,
+        with the parameters its job trained with (a damaged or missing journal is rebuilt from
+        the state: :mod:`.search_journal`)."""
         assert campaign.metric is not None  # the spec refuses searches without one
         runs = []
         for search in campaign.searches:
-            study = _open_study(search, campaign.metric, output)
+            study = _open_study(search, campaign.metric, output, store)
             run = SearchRun(search, campaign.metric, study, search.parallel or default_parallel)
             for frozen in run.running():
                 run.attach(frozen)
             runs.append(run)
-        book = cls(runs)
+        book = cls(runs, store)
         for run in runs:
             for frozen in run.study.get_trials(deepcopy=False):
                 book.jobs[run.search.trial_name(frozen.number)] = (run, frozen.number)
@@ -308,7 +412,9 @@ class SearchBook:
         """The job of every trial in the studies, by search and number."""
         out = []
         for run in self.runs.values():
-            out += [run.entry(t.number, t.params) for t in run.study.get_trials(deepcopy=False)]
+            for trial in run.study.get_trials(deepcopy=False):
+                if not trial.user_attrs.get(LOST):  # a number kept by a repair: no job
+                    out.append(run.entry(trial.number, trial.params))
         return out
 
     def live(self, job: str) -> bool:
@@ -385,7 +491,30 @@ class SearchBook:
                 self.jobs[name] = (run, number)
                 out.append((name, job, params))
                 logger.info("search %s asked job %s: %s", run.name, name, params)
+        if out and self.store is not None:
+            self._check_new(out, self.store)
         return out
+
+    def _check_new(
+        self, asked: list[tuple[str, JobEntry, dict[str, Any]]], store: CampaignStore
+    ) -> None:
+        """Refuse a new trial under a job name the state already holds: that job trained with
+        its own parameters (:meth:`open` makes every study hold the state's trials, so this
+        is a study changed under a running driver)."""
+        rows = {row.name: row for row in store.jobs()}
+        for name, _, params in asked:
+            row = rows.get(name)
+            if row is None:
+                continue
+            run = self.jobs[name][0]
+            path = journal_path(store.path.parent, run.name)
+            raise StateStoreError(
+                path,
+                f"search {run.name}: its study in {path} asked a new trial as job {name}, which "
+                f"{store.path} holds already ({row.status}, parameters {row.params}; now "
+                f"{params}): the study and the state disagree. Move {path} aside and rerun the "
+                "same command: the study is rebuilt from the state",
+            )
 
     def observe(self, job: str, records: list[MetricRecord]) -> Pruned | None:
         """Feed ``job``'s new reports to its trial; the decision if it is pruned."""
