@@ -114,8 +114,10 @@ def plot_gantt(
             fontsize="small",
         )
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    try:
+        fig.savefig(path, dpi=110)
+    finally:  # a failed save (a folder in its place) must not keep the figure open
+        plt.close(fig)
     return path
 
 
@@ -160,8 +162,10 @@ def plot_curves(
     if ax.get_lines():
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize="small")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    try:
+        fig.savefig(path, dpi=110)
+    finally:  # a failed save (a folder in its place) must not keep the figure open
+        plt.close(fig)
     return path
 
 
@@ -273,8 +277,10 @@ def plot_nodes(
     ax.set_ylabel("nodes")
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize="small")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    try:
+        fig.savefig(path, dpi=110)
+    finally:  # a failed save (a folder in its place) must not keep the figure open
+        plt.close(fig)
     return path
 
 

@@ -26,8 +26,10 @@ a job (its ranks starting included), is :func:`assigned_fraction`.
 
 from __future__ import annotations
 
+import logging
 import statistics
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import pairwise
 from pathlib import Path
@@ -42,7 +44,10 @@ from parsl_malleable.campaign.store import (
     NodeStartupRow,
 )
 from parsl_malleable.campaign.tensorboard_events import write_event_files
+from parsl_malleable.errors import UnsafePathError
 from parsl_malleable.private_files import private_dir, write_private_bytes
+
+log = logging.getLogger(__name__)
 
 
 def _flat(prefix: str, values: dict[str, Any] | None) -> dict[str, Any]:
@@ -115,10 +120,64 @@ def results_frame(store: CampaignStore) -> pd.DataFrame:
     return frame[[*rest[:3], *params, *results, *rest[3:]]]
 
 
-def write_metrics(store: CampaignStore, output: Path) -> list[Path]:
+class _Outputs:
+    """The files of :func:`write_results`, each written on its own: one that cannot be (a folder
+    in its place, a full disk) is noted, and the others are still written. A run's end once
+    stopped at the first (a folder where ``metrics/<job>.csv`` was): a traceback, no pictures."""
+
+    def __init__(self, output: Path) -> None:
+        self.output = output
+        self.written: list[Path] = []
+        self.failed: list[str] = []
+
+    def write(self, path: Path, make: Callable[[], object]) -> None:
+        """Call ``make``, which writes ``path``; noted as written, or as failed."""
+        try:
+            make()
+        except (OSError, UnsafePathError) as exc:
+            self.failed.append(f"{self._name(path)} ({_why(exc)})")
+        else:
+            self.written.append(path)
+
+    def add(self, what: Path, make: Callable[[], list[Path]]) -> None:
+        """Call ``make``, which writes several files and gives their paths."""
+        try:
+            self.written += make()
+        except (OSError, UnsafePathError) as exc:
+            self.failed.append(f"{self._name(what)} ({_why(exc)})")
+
+    def _name(self, path: Path) -> str:
+        return str(path.relative_to(self.output)) if path.is_relative_to(self.output) else str(path)
+
+    def warn(self) -> None:
+        """One warning line naming every file not written, when some were not."""
+        if self.failed:
+            log.warning(
+                "could not write %s in %s; the other results were written. Move what is in the "
+                "way (or free space), then run the campaign again: a rerun writes the results "
+                "again",
+                ", ".join(self.failed),
+                self.output,
+            )
+
+
+def _why(exc: OSError | UnsafePathError) -> str:
+    """Why a file could not be written, in a few words."""
+    if isinstance(exc, IsADirectoryError):
+        return "a folder is in its place"
+    if isinstance(exc, OSError):
+        return exc.strerror or str(exc)
+    return str(exc)
+
+
+def write_metrics(
+    store: CampaignStore, output: Path, failed: list[str] | None = None
+) -> list[Path]:
     """``metrics/<job>.csv`` for every job that reported: one row per step (``step``, ``time``,
     ``run``, then the metrics, NaN where NaN was reported); private files in a private
-    folder. The paths written."""
+    folder. The paths written. With ``failed``, a file that cannot be written is added to it
+    (``metrics/a.csv (a folder is in its place)``) and the other jobs' files are still
+    written; without, the error is raised."""
     rows = store.metrics()
     if not rows:
         return []
@@ -128,7 +187,13 @@ def write_metrics(store: CampaignStore, output: Path) -> list[Path]:
     for job, part in frame.groupby("job", sort=False):
         path = folder / f"{job}.csv"
         table = part.drop(columns="job").dropna(axis="columns", how="all")
-        write_private_bytes(path, table.to_csv(index=False).encode())
+        try:
+            write_private_bytes(path, table.to_csv(index=False).encode())
+        except OSError as exc:
+            if failed is None:
+                raise
+            failed.append(f"metrics/{job}.csv ({_why(exc)})")
+            continue
         written.append(path)
     return written
 
@@ -294,21 +359,23 @@ def summary_lines(store: CampaignStore) -> list[str]:
 
 
 def write_results(store: CampaignStore, output: Path) -> list[Path]:
-    """Write the table and the pictures into ``output``; the paths written."""
+    """Write the table and the pictures into ``output``; the paths written. Each file is
+    written on its own: one that cannot be (a folder in its place, a full disk) is named in one
+    warning at the end, and the others are still written."""
     frame = results_frame(store)
+    out = _Outputs(output)
     csv = output / "results.csv"
-    frame.to_csv(csv, index=False)
-    written = [csv]
+    out.write(csv, lambda: frame.to_csv(csv, index=False))
     parquet = output / "results.parquet"
-    frame.to_parquet(parquet, index=False)
-    written.append(parquet)
+    out.write(parquet, lambda: frame.to_parquet(parquet, index=False))
     from parsl_malleable.campaign.plots import plot_curves, plot_gantt, plot_nodes
 
     started = store.started_at or 0.0
     order = [row.name for row in store.jobs()]  # fixes each job's colour in both pictures
-    written.append(plot_gantt(store.job_samples(), started, output / "gantt.png", jobs=order))
-    written += write_metrics(store, output)
-    written += write_event_files(store, output)  # when tensorboard is installed
+    gantt = output / "gantt.png"
+    out.write(gantt, lambda: plot_gantt(store.job_samples(), started, gantt, jobs=order))
+    out.add(output / "metrics", lambda: write_metrics(store, output, out.failed))
+    out.add(output / "tensorboard", lambda: write_event_files(store, output))  # if installed
     spec = store.metric_spec()
     names = store.metric_names()
     shown = spec[0] if spec else (names[0] if names else None)
@@ -316,23 +383,26 @@ def write_results(store: CampaignStore, output: Path) -> list[Path]:
         series = store.metric_series(shown)
         if series:
             jobs = [row.name for row in store.jobs()]
-            written.append(plot_curves(series, shown, jobs, output / "curves.png"))
+            curves = output / "curves.png"
+            out.write(curves, lambda: plot_curves(series, shown, jobs, curves))
     spent = node_time(store)
-    written.append(
-        plot_nodes(
+    nodes = output / "nodes.png"
+    out.write(
+        nodes,
+        lambda: plot_nodes(
             store.site_samples(),
             started,
             spent.harvest_fraction,
-            output / "nodes.png",
+            nodes,
             training=spent.training_fraction,
-        )
+        ),
     )
     startup = output / "startup.csv"
     # Written even when no node reached a step: the folder always says what start-up cost.
-    frame = startup_frame(store.node_startups(), store.started_at)
-    write_private_bytes(startup, frame.to_csv(index=False).encode())
-    written.append(startup)
-    return written
+    table = startup_frame(store.node_startups(), store.started_at)
+    out.write(startup, lambda: write_private_bytes(startup, table.to_csv(index=False).encode()))
+    out.warn()
+    return out.written
 
 
 __all__ = [

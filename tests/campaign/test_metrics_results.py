@@ -164,3 +164,28 @@ def test_the_status_header_counts_pruned_and_failed_trials(tmp_path: Path) -> No
     assert out.exit_code == 0, out.output
     words = " ".join(out.output.split())  # the title wraps at 80 columns
     assert "jobs: 2 done, 1 pruned, 1 failed, 0 unfinished, 1 waiting" in words, out.output
+
+
+def test_a_folder_where_a_metrics_file_was_is_one_warning_and_the_rest_is_written(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A run's end once stopped at it with a traceback, and no pictures were drawn."""
+    sweep(tmp_path).close()
+    (tmp_path / "metrics" / "a.csv" / "x").mkdir(parents=True, mode=0o700)
+    (tmp_path / "metrics").chmod(0o700)
+    store = CampaignStore(tmp_path)
+    with caplog.at_level("WARNING", logger="parsl_malleable"):
+        written = write_results(store, tmp_path)
+    store.close()
+    for name in ("results.csv", "gantt.png", "curves.png", "nodes.png", "startup.csv"):
+        assert tmp_path / name in written and (tmp_path / name).stat().st_size > 0, name
+    assert tmp_path / "metrics" / "b.csv" in written and (tmp_path / "metrics" / "b.csv").is_file()
+    assert tmp_path / "metrics" / "a.csv" not in written
+    (record,) = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert record.getMessage() == (
+        f"could not write metrics/a.csv (a folder is in its place) in {tmp_path}; the other "
+        "results were written. Move what is in the way (or free space), then run the campaign "
+        "again: a rerun writes the results again"
+    )
+    assert record.exc_info is None
+    assert not list((tmp_path / "metrics").glob(".*.tmp"))  # no temporary file left behind
