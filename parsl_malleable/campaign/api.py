@@ -30,6 +30,7 @@ from parsl_malleable.campaign.spec import (
     load_campaign,
     parse_campaign,
 )
+from parsl_malleable.campaign.trusted_files import check_site_profile
 from parsl_malleable.errors import ConfigError, MalleableError
 from parsl_malleable.inputs import SAFE_NAME, finite_number
 
@@ -52,12 +53,15 @@ def campaign_from(
     dropped, as ``run --site`` does. Data is checked by :func:`~.spec.parse_campaign` and
     :func:`~.spec.check_apps`, a file by :func:`~.spec.load_campaign`; ``python_path`` is
     relative to the file, or for data to the current folder. :class:`ConfigError` naming every
-    problem."""
+    problem; :class:`~parsl_malleable.errors.UnsafePathError` for a campaign file, a
+    ``python_path`` folder, an app's module or a site profile that another user could have
+    changed (:mod:`.trusted_files`), refused before it is read or imported."""
     if isinstance(spec, str | os.PathLike):
         path = Path(spec)
         campaign = load_campaign(path)
         source = str(path)
         if site is None:
+            check_site_profile(campaign.site)
             return campaign, source
         data: dict[str, Any] = campaign.model_dump(by_alias=True, exclude_unset=True)
     elif isinstance(spec, Campaign):
@@ -73,6 +77,7 @@ def campaign_from(
     if site is not None:
         data = {**data, "site": site, "site_overrides": {}}
     campaign = parse_campaign(data, source=source)
+    check_site_profile(campaign.site)  # its worker_init runs on the blocks as this user
     if not isinstance(spec, str | os.PathLike):
         add_python_path(campaign, Path.cwd())
     check_apps(campaign, source=source)
@@ -108,8 +113,11 @@ def run_campaign(
 
     Raises :class:`~parsl_malleable.errors.ConfigError` before anything starts for a spec that
     is no valid campaign (the message names each key, as for a file), a job that cannot fit the
-    site, or a folder that holds another campaign; KeyboardInterrupt stops the run (jobs keep
-    their state; the results so far are written first).
+    site, or a folder that holds another campaign;
+    :class:`~parsl_malleable.errors.UnsafePathError` for an output folder, a campaign file or
+    code it names that another user could change (the rule of ``parsl-malleable run``);
+    KeyboardInterrupt stops the run (jobs keep their state; the results so far are written
+    first).
     """
     from parsl_malleable.campaign.runner import CampaignRunner
     from parsl_malleable.campaign.store import CampaignStore

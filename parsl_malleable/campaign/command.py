@@ -137,6 +137,7 @@ def run_file(
     from parsl_malleable.campaign.runner import CampaignRunner
     from parsl_malleable.campaign.spec import load_campaign
     from parsl_malleable.campaign.terminal import terminal_handler
+    from parsl_malleable.campaign.trusted_files import check_site_profile
 
     console = Console(stderr=True)
     try:
@@ -146,6 +147,7 @@ def run_file(
         if site is not None:
             changes["site_overrides"] = {}  # overrides were written for the campaign's own site
         campaign = campaign.model_copy(update=changes)
+        check_site_profile(campaign.site)  # its worker_init runs on the blocks as this user
         folder = _output_for(campaign_file, campaign.output, output, demo)
         runner = CampaignRunner(
             campaign, folder, source=str(campaign_file), adopt_folder=adopt_folder
@@ -310,8 +312,12 @@ def status(folder: Path, as_json: bool) -> None:
     from parsl_malleable.campaign.driver_lock import driver_running
     from parsl_malleable.campaign.results import node_time, startup_medians, summary_lines
     from parsl_malleable.campaign.store import CampaignStore
+    from parsl_malleable.private_files import check_private_dir
 
     try:
+        # The run's folder rule, checked only (status changes nothing): in a folder another
+        # user can change, what status reads (the state, driver.lock) may be theirs.
+        check_private_dir(folder, what="output folder")
         store = CampaignStore(folder, read_only=True)
     except (FileNotFoundError, StateStoreError, UnsafePathError) as exc:
         raise click.ClickException(str(exc)) from None
@@ -335,7 +341,7 @@ def status(folder: Path, as_json: bool) -> None:
             "runs": str(runs),
             "state": "running now" if live else (outcome or "ended without a word (killed?)"),
         }
-    except StateStoreError as exc:
+    except (StateStoreError, UnsafePathError) as exc:  # UnsafePathError: driver.lock planted
         raise click.ClickException(str(exc)) from None
     finally:
         store.close()

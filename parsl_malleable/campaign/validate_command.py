@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from parsl_malleable.controller.model import JOB_MAX_NODES
-from parsl_malleable.errors import ConfigError
+from parsl_malleable.errors import ConfigError, UnsafePathError
 
 if TYPE_CHECKING:  # the spec imports pydantic models and the solvers' names
     from rich.table import Table
@@ -28,14 +28,18 @@ if TYPE_CHECKING:  # the spec imports pydantic models and the solvers' names
 
 def check_campaign(path: Path, site: str | None = None) -> tuple[Campaign, SiteProfile]:
     """The campaign in ``path`` (``site`` instead of its own, as ``run --site`` does) and its
-    site profile, checked as a run checks them; :class:`ConfigError` saying what is wrong."""
+    site profile, checked as a run checks them; :class:`ConfigError` saying what is wrong,
+    :class:`UnsafePathError` for a campaign file, an app's code or a site profile that another
+    user could have changed (refused before it is read or imported)."""
     from parsl_malleable.campaign.spec import check_site_fits, load_campaign
 
     campaign = load_campaign(path)  # first: a bad file is answered before Parsl is imported
     from parsl_malleable.campaign.runner import check_parsl_options, site_profile
+    from parsl_malleable.campaign.trusted_files import check_site_profile
 
     if site is not None:
         campaign = campaign.model_copy(update={"site": site, "site_overrides": {}})
+    check_site_profile(campaign.site)
     profile = site_profile(campaign, source=str(path))
     check_parsl_options(campaign.parsl, source=str(path))
     check_site_fits(campaign, profile, source=str(path))
@@ -138,7 +142,7 @@ def report(path: Path, *, site: str | None = None, as_json: bool = False) -> Non
     status 1) with the reason for a bad campaign."""
     try:
         campaign, profile = check_campaign(path, site)
-    except ConfigError as exc:
+    except (ConfigError, UnsafePathError) as exc:
         raise click.ClickException(str(exc)) from None
     rows = job_rows(campaign)
     from parsl_malleable.campaign.spec import site_capacity
