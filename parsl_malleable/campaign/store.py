@@ -616,20 +616,29 @@ class CampaignStore:
     ) -> int:
         """Apply a job's reported metrics as the coordinator changed them: drop the stored
         steps above ``cut`` (a rollback's or a resume's start; None: none), then store
-        ``records``, each replacing whatever its step held. One transaction; the rows
-        written."""
+        ``records``, each replacing whatever its step held; a record equal to what its step
+        holds (a resumed rank re-sends its committed reports) keeps the stored time and run. One
+        transaction; the rows written."""
         if cut is not None:
             self.db.execute("DELETE FROM job_metrics WHERE job = ? AND step > ?", (job, cut))
         written = 0
         for record in records:
+            values = {k: None if math.isnan(v) else v for k, v in record.values.items()}
+            stored = self.db.execute(
+                "SELECT key, value FROM job_metrics WHERE job = ? AND step = ?", (job, record.step)
+            ).fetchall()
+            if stored and dict(stored) == values:
+                # The same report again: a resumed rank re-sends its committed reports to a new
+                # driver, which would stamp every earlier one with its own run and time.
+                continue
             self.db.execute(
                 "DELETE FROM job_metrics WHERE job = ? AND step = ?", (job, record.step)
             )
-            for key, value in record.values.items():
+            for key, value in values.items():
                 self.db.execute(
                     "INSERT INTO job_metrics(job, step, key, value, t, run)"
                     " VALUES(?, ?, ?, ?, ?, ?)",
-                    (job, record.step, key, None if math.isnan(value) else value, record.time, run),
+                    (job, record.step, key, value, record.time, run),
                 )
                 written += 1
         self.db.commit()

@@ -189,3 +189,27 @@ def test_a_folder_where_a_metrics_file_was_is_one_warning_and_the_rest_is_writte
     )
     assert record.exc_info is None
     assert not list((tmp_path / "metrics").glob(".*.tmp"))  # no temporary file left behind
+
+
+def test_a_resume_keeps_the_time_and_run_of_every_earlier_report(tmp_path: Path) -> None:
+    """A resumed rank re-sends its committed reports to the new driver; they were stamped with
+    its run and time, as if trained again."""
+    store = CampaignStore(tmp_path)
+    store.begin_run("c.yaml", now=0.0)
+    store.sync_jobs([("a", {"app": "m:f"}, {})])
+    store.record_metrics("a", 1, 0, _records((1, 0.1), (2, math.nan), (3, 0.3)))
+    store.begin_run("c.yaml", now=100.0)  # a new driver; the job resumes from step 2
+    resent = [MetricRecord(s, 5000.0 + s, {"acc": v}) for s, v in ((1, 0.1), (2, math.nan))]
+    store.record_metrics("a", 2, 2, [*resent, MetricRecord(3, 5003.0, {"acc": 0.33})])
+    rows = store.metrics("a")
+    assert [(r["step"], r["time"], r["run"]) for r in rows] == [
+        (1, 1001.0, 1),
+        (2, 1002.0, 1),
+        (3, 5003.0, 2),  # trained again after the resume: the new report
+    ]
+    assert rows[2]["acc"] == 0.33 and math.isnan(rows[1]["acc"])
+    # a report of the same step with other values is a new report
+    store.record_metrics("a", 2, None, [MetricRecord(1, 6001.0, {"acc": 0.15})])
+    first = store.metrics("a")[0]
+    assert (first["time"], first["run"], first["acc"]) == (6001.0, 2, 0.15)
+    store.close()
