@@ -3,6 +3,7 @@ a clean exit leaves everything alone, and nothing but the driver's own pipe tell
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import subprocess
 import sys
@@ -10,7 +11,7 @@ import textwrap
 import time
 from pathlib import Path
 
-from parsl_malleable.watchdog import alive, process_start_time
+from parsl_malleable.watchdog import ProcessTree, ProcInfo, alive, process_start_time
 
 DRIVER = textwrap.dedent(
     """
@@ -122,9 +123,14 @@ def test_the_watchdog_reads_no_file(tmp_path: Path) -> None:
 
         # While its interpreter starts it reads system files (/etc/locale.alias, seen in CI):
         # once it runs, it holds nothing open but its pipes. A file it kept would never go.
+        # /proc is read, for a moment, at each look at the driver's process tree.
         def held() -> list[str]:
-            targets = [str(p.readlink()) for p in Path(f"/proc/{watchdog}/fd").iterdir()]
-            return [t for t in targets if not t.startswith(("pipe:", "/dev/null", "socket:"))]
+            targets = []
+            for fd in Path(f"/proc/{watchdog}/fd").iterdir():
+                with contextlib.suppress(FileNotFoundError):  # closed since the listing
+                    targets.append(str(fd.readlink()))
+            kept = ("pipe:", "/dev/null", "socket:", "/proc/")
+            return [t for t in targets if not t.startswith(kept) and t != "/proc"]
 
         deadline = time.monotonic() + 30
         while held() and time.monotonic() < deadline:
@@ -136,3 +142,98 @@ def test_the_watchdog_reads_no_file(tmp_path: Path) -> None:
         for pid in (polite, stubborn, group):
             wait_gone(pid)
         subprocess.run(["kill", "-9", str(polite), str(stubborn), str(group)], capture_output=True)
+
+
+# ------------------------------------------------------------------ the driver's process tree
+
+PARSL_DRIVER = textwrap.dedent(
+    """
+    import sys, threading
+    from parsl_malleable.watchdog import driver_watchdog
+    import parsl
+    from parsl.config import Config
+    from parsl.executors import HighThroughputExecutor
+    from parsl.providers import LocalProvider
+
+    class Stuck(HighThroughputExecutor):
+        # Called by start() once the interchange runs, inside parsl.load: stay there, so the
+        # kill lands where the interchange was not yet registered with the watchdog.
+        def initialize_scaling(self):
+            print("interchange", self.interchange_proc.pid, flush=True)
+            threading.Event().wait()
+
+    driver_watchdog()  # as the campaign runner: started before Parsl, told nothing more
+    htex = Stuck(label="stuck", address="127.0.0.1", provider=LocalProvider(init_blocks=0))
+    parsl.load(Config(executors=[htex], run_dir=sys.argv[1]))
+    """
+)
+
+
+def test_a_driver_killed_inside_parsl_load_leaves_no_interchange(tmp_path: Path) -> None:
+    """kill -9 while ``parsl.load`` runs, the interchange up and registered by nobody: the
+    watchdog knows it from the driver's process tree and stops it (issue 49)."""
+    driver = subprocess.Popen(
+        [sys.executable, "-c", PARSL_DRIVER, str(tmp_path / "runinfo")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert driver.stdout is not None
+    interchange = None
+    try:
+        line = driver.stdout.readline().split()
+        assert line and line[0] == "interchange", driver.stderr.read() if driver.stderr else ""
+        interchange = int(line[1])
+        assert alive(interchange, None)
+        driver.send_signal(signal.SIGKILL)
+        driver.wait(10)
+        assert wait_gone(interchange, 60), "the interchange outlived its driver killed in load"
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait(10)
+        if interchange is not None:
+            subprocess.run(["kill", "-9", str(interchange)], capture_output=True)
+
+
+def _table(rows: dict[int, tuple[int, int, int, int]]) -> dict[int, ProcInfo]:
+    """pid -> (parent, group, session, start tick), as :func:`process_table` gives it."""
+    return {pid: ProcInfo(pp, pg, sid, str(tick)) for pid, (pp, pg, sid, tick) in rows.items()}
+
+
+def test_the_tree_keeps_an_orphaned_descendant_and_drops_what_exited() -> None:
+    tree = ProcessTree(100, "50", exclude=103)
+    tree.root_session = 9
+    # The driver 100 in session 9, its child 101 (the interchange), a grandchild 102 in a
+    # group of its own, the watchdog 103 (its own session) with its cancel command 104, a
+    # daemon 106 that left the session with its child 107; 200 is a stranger.
+    table = _table(
+        {100: (1, 100, 9, 50), 101: (100, 100, 9, 60), 102: (101, 102, 9, 70),
+         103: (100, 103, 103, 55), 104: (103, 103, 103, 80), 106: (100, 106, 106, 65),
+         107: (106, 106, 106, 66), 200: (1, 200, 200, 10)}
+    )  # fmt: skip
+    tree.poll(table)
+    assert sorted(tree.known) == [101, 102]
+    # 101 exits and 102 is handed to init: still ours. A pid reused by another process is not.
+    del table[101]
+    table[102] = ProcInfo(1, 102, 9, "70")
+    table[105] = ProcInfo(1, 105, 9, "90")
+    tree.poll(table)
+    assert sorted(tree.known) == [102]
+    table[102] = ProcInfo(1, 102, 9, "95")  # 102 exited, and its pid went to someone else
+    tree.poll(table)
+    assert tree.known == {}
+
+
+def test_the_sweep_takes_the_dead_drivers_group_members_started_since_the_last_read() -> None:
+    tree = ProcessTree(100, "50", exclude=103)
+    tree.root_group, tree.root_session = 7, 7  # a shell's job, or a test's: not its own group
+    tree.polled_ticks = 1000
+    table = _table(
+        {1: (0, 1, 1, 0), 5: (1, 7, 7, 10), 103: (1, 103, 103, 55), 300: (1, 7, 7, 1001),
+         301: (300, 7, 7, 1002), 400: (1, 9, 9, 1003)}
+    )  # fmt: skip
+    tree.sweep_group(table)
+    # 5 (the shell, older than the last read) and 400 (another group) are not the driver's;
+    # 300 started after the last read in its group, and 301 under 300, are.
+    assert sorted(tree.known) == [300, 301]
