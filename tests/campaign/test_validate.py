@@ -4,6 +4,9 @@ without running anything; ``run --demo`` runs the shipped demo."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import uuid
 from pathlib import Path
 
 import yaml
@@ -104,3 +107,98 @@ def test_the_demo_writes_into_out_demo_of_the_working_folder(tmp_path: Path) -> 
     configured = yaml.safe_load(shipped.read_text()).get("output")
     assert _output_for(shipped, configured, None, demo=True) == Path.cwd() / "out" / "demo"
     assert _output_for(shipped, configured, tmp_path, demo=True) == tmp_path  # -o still wins
+
+
+# ------------------------------------------- code that another user could have changed (issue 49)
+
+EVIL = "import pathlib\npathlib.Path({marker!r}).write_text('imported')\n\ndef train(ctx): pass\n"
+
+
+def _validate(path: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "parsl_malleable", "validate", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=path.parent,
+    )
+
+
+def _evil_campaign(tmp_path: Path, *, code_mode: int, file_mode: int) -> tuple[Path, Path]:
+    """A campaign whose app is a module in ``tmp_path/code`` (that folder and the module file
+    with the modes given) that writes a marker file when imported; the campaign and marker."""
+    code = tmp_path / "code"
+    code.mkdir()
+    module = f"pm_app_{uuid.uuid4().hex[:8]}"
+    marker = tmp_path / "imported"
+    (code / f"{module}.py").write_text(EVIL.format(marker=str(marker)))
+    (code / f"{module}.py").chmod(file_mode)
+    code.chmod(code_mode)
+    data = {
+        "site": "emulated",
+        "python_path": [str(code)],
+        "jobs": [{"name": "j", "app": f"{module}:train"}],
+    }
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path, marker
+
+
+def _one_line_error(done: subprocess.CompletedProcess[str]) -> str:
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    return lines[0]
+
+
+def test_a_campaign_file_others_can_change_is_refused_before_it_is_read(tmp_path: Path) -> None:
+    path, marker = _evil_campaign(tmp_path, code_mode=0o755, file_mode=0o644)
+    path.chmod(0o666)
+    line = _one_line_error(_validate(path))
+    assert f"refusing the campaign file {path}: it has mode 0666" in line
+    assert "chmod g-w,o-w" in line
+    assert not marker.exists()
+
+
+def test_a_campaign_file_in_a_folder_others_can_write_is_refused(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    path, marker = _evil_campaign(shared, code_mode=0o755, file_mode=0o644)
+    line = _one_line_error(_validate(path))
+    assert f"refusing the campaign file {path}: the folder {shared} above it" in line
+    assert not marker.exists()
+
+
+def test_a_python_path_folder_others_can_write_is_refused_and_nothing_imported(
+    tmp_path: Path,
+) -> None:
+    path, marker = _evil_campaign(tmp_path, code_mode=0o777, file_mode=0o644)
+    line = _one_line_error(_validate(path))
+    assert f"refusing the python_path folder {tmp_path / 'code'}: it has mode 0777" in line
+    assert not marker.exists()
+
+
+def test_an_app_module_others_can_change_is_refused_before_it_is_imported(tmp_path: Path) -> None:
+    path, marker = _evil_campaign(tmp_path, code_mode=0o755, file_mode=0o646)
+    line = _one_line_error(_validate(path))
+    assert "refusing the module pm_app_" in line and "has mode 0646" in line
+    assert not marker.exists()
+    dry = subprocess.run(
+        [sys.executable, "-m", "parsl_malleable", "run", str(path), "--dry-run"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert "refusing the module pm_app_" in _one_line_error(dry)
+    assert not marker.exists()
+
+
+def test_a_link_of_the_users_own_to_a_safe_campaign_is_accepted(tmp_path: Path) -> None:
+    target = campaign(tmp_path)
+    link = tmp_path / "link.yaml"
+    link.symlink_to(target)
+    done = _validate(link)
+    assert done.returncode == 0, done.stderr
+    assert "is valid" in done.stdout
