@@ -8,11 +8,15 @@ Parsl.
 from __future__ import annotations
 
 import importlib
+import os
+import sys
+from collections.abc import Sequence
 from typing import Any
 
 import click
 
 from parsl_malleable.errors import MalleableError
+from parsl_malleable.watchdog import isolate_child_imports
 
 # name -> ("module:attribute", one-line help). Help is here so --help needs no imports.
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -82,6 +86,13 @@ class LazyGroup(click.Group):
             raise
         return getattr(module, attr)
 
+    def main(self, args: Sequence[str] | None = None, *rest: Any, **options: Any) -> Any:
+        """Run the command; as the program itself (arguments from ``sys.argv``), isolated
+        first (:func:`isolate_driver`)."""
+        if args is None:
+            isolate_driver()
+        return super().main(args, *rest, **options)
+
     def invoke(self, ctx: click.Context) -> Any:
         """Run the subcommand; an error the package raised on purpose (it names what was wrong)
         is one line on stderr and exit status 1, not a traceback."""
@@ -94,6 +105,27 @@ class LazyGroup(click.Group):
         rows = [(name, SUBCOMMANDS[name][1]) for name in self.list_commands(ctx)]
         with formatter.section("Commands"):
             formatter.write_dl(rows)
+
+
+def isolate_driver() -> None:
+    """Nothing the command imports after its start, nor any process it starts, comes from the
+    folder it was started in, which may be shared with other users (issue 49).
+
+    ``python -m parsl_malleable`` puts that folder first on ``sys.path``: the package itself
+    was found by the user's own choice, but its subcommands, Parsl and torch are imported later
+    and must not be. Its children get ``PYTHONSAFEPATH`` (:func:`isolate_child_imports`). A
+    campaign's ``python_path`` is added later, and kept."""
+    isolate_child_imports()
+    if sys.flags.safe_path or not sys.path:
+        return
+    first = sys.path[0]
+    try:
+        here = os.path.realpath(os.getcwd())
+    except OSError:  # the folder is gone: "" would name whatever takes its place
+        here = None
+    # "" for -c and the interactive interpreter; the folder's path for -m.
+    if first == "" or os.path.realpath(first) == here:
+        del sys.path[0]
 
 
 def _unavailable(name: str, summary: str) -> click.Command:

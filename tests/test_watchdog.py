@@ -4,6 +4,7 @@ a clean exit leaves everything alone, and nothing but the driver's own pipe tell
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import subprocess
 import sys
@@ -11,7 +12,18 @@ import textwrap
 import time
 from pathlib import Path
 
-from parsl_malleable.watchdog import ProcessTree, ProcInfo, alive, process_start_time
+import pytest
+
+from parsl_malleable.cli import isolate_driver
+from parsl_malleable.watchdog import (
+    SAFE_PATH_ENV,
+    ProcessTree,
+    ProcInfo,
+    Watchdog,
+    alive,
+    process_start_time,
+    watchdog_argv,
+)
 
 DRIVER = textwrap.dedent(
     """
@@ -237,3 +249,55 @@ def test_the_sweep_takes_the_dead_drivers_group_members_started_since_the_last_r
     # 5 (the shell, older than the last read) and 400 (another group) are not the driver's;
     # 300 started after the last read in its group, and 301 under 300, are.
     assert sorted(tree.known) == [300, 301]
+
+
+# ------------------------------------------------------------------------------------------------
+# Nothing is imported from the driver's working folder (issue 49): it may be shared with other
+# users, and ``python -m`` / ``python -c`` put it first on ``sys.path``.
+
+
+def test_the_watchdog_runs_isolated_in_a_folder_of_roots(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Started from a folder holding a planted ``parsl_malleable``, the watchdog imports the
+    installed one (``-P``), runs in ``/`` and passes the setting on to what it starts."""
+    marker = tmp_path / "imported"
+    planted = tmp_path / "shared" / "parsl_malleable"
+    planted.mkdir(parents=True)
+    (planted / "__init__.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    monkeypatch.chdir(planted.parent)
+    monkeypatch.delenv(SAFE_PATH_ENV, raising=False)
+    argv = watchdog_argv(123, 2.5)
+    assert argv[:4] == [sys.executable, "-P", "-m", "parsl_malleable.watchdog"]
+    dog = Watchdog()
+    dog.start()
+    proc = dog.proc
+    assert proc is not None
+    try:
+        assert Path(f"/proc/{proc.pid}/cwd").readlink() == Path("/")
+        environ = Path(f"/proc/{proc.pid}/environ").read_bytes().split(b"\0")
+        assert f"{SAFE_PATH_ENV}=1".encode() in environ
+    finally:
+        dog.release()
+    assert proc.wait(timeout=10) == 0  # the planted package has no watchdog module
+    assert not marker.exists()
+
+
+def test_the_command_drops_its_working_folder_from_its_path_and_isolates_its_children(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``python -m parsl_malleable`` started in ``tmp_path``: after the start, the folder is
+    no longer on the command's path (its subcommands, Parsl and torch are imported later), and
+    every process it starts gets ``PYTHONSAFEPATH``; the rest of the path stays."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv(SAFE_PATH_ENV, raising=False)
+    rest = [p for p in sys.path if p not in ("", str(tmp_path))]
+    monkeypatch.setattr(sys, "path", [str(tmp_path), *rest])
+    isolate_driver()
+    assert sys.path == rest
+    assert os.environ[SAFE_PATH_ENV] == "1"
+    monkeypatch.setattr(sys, "path", ["", *rest])  # -c, or the interactive interpreter
+    isolate_driver()
+    assert sys.path == rest
+    isolate_driver()  # the user's own first entry (a script's folder) is theirs
+    assert sys.path == rest

@@ -48,6 +48,8 @@ import traceback
 from types import ModuleType
 from typing import Any
 
+from parsl_malleable.watchdog import isolate_child_imports
+
 POOL_MODULE = "parsl.executors.high_throughput.process_worker_pool"
 PRELOAD_MODULE = "parsl_malleable.harvest.pool_preload"
 # The name in Parsl's pool module of the context it starts every process with.
@@ -169,6 +171,11 @@ def _main_block(source: str) -> ast.Module:
 
 def main() -> None:
     """Run Parsl's worker pool with the command line's arguments (see the module docstring)."""
+    # Before any process starts: multiprocessing starts its resource tracker (and a fork
+    # server it cannot fork) as ``python -c``, which would put the block's working folder
+    # first on their path; a block started without the driver's environment (PBS gives a
+    # login one) has no PYTHONSAFEPATH otherwise (issue 49).
+    isolate_child_imports()
     # First, while this process has imported nothing: the server's imports then run beside
     # the pool's own import of Parsl, where a node has a core for each.
     context = start_preloaded_context()

@@ -259,3 +259,136 @@ def test_another_user_reads_nothing_of_a_run_and_a_planted_file_runs_nothing(
         runs.kill(runs.processes_of(output, 1))
         if driver.poll() is None:
             driver.kill()
+
+
+# ------------------------------------------------------------------------------------------------
+# Nothing is imported from the folder the user runs from (issue 49). Another user planted
+# packages named ``parsl_malleable`` and ``multiprocessing`` in a shared folder the user started a
+# campaign from: the watchdog (``python -m``) and the worker pools' resource trackers
+# (``python -c``) put their working folder, inherited from the driver, first on ``sys.path``
+# and imported them as the user.
+
+PLANTED_PACKAGES = ("parsl_malleable", "multiprocessing")
+
+PLANT_PACKAGES = """
+import os, sys
+folder, markers = sys.argv[1], sys.argv[2]
+for name in sys.argv[3:]:
+    os.mkdir(os.path.join(folder, name))
+    marker = os.path.join(markers, "pwned-" + name)
+    with open(os.path.join(folder, name, "__init__.py"), "w") as f:
+        f.write("import os, sys\\n")
+        f.write(f"open({marker!r}, 'a').write(repr((os.getuid(), sys.argv)) + '\\\\n')\\n")
+print("planted")
+"""
+
+
+@dataclass(frozen=True)
+class SharedFolder:
+    """A folder everyone may write (the user's working folder) with packages planted in it by
+    another user, and where the planted packages leave a marker when imported."""
+
+    cwd: Path
+    markers: Path
+
+    def imported(self) -> dict[str, str]:
+        """Planted package -> what its marker recorded (uid and argv of each importer)."""
+        return {p.name: p.read_text() for p in sorted(self.markers.glob("pwned-*"))}
+
+
+@pytest.fixture
+def shared_folder(project: Path, other_user: OtherUser) -> SharedFolder:
+    cwd = project / "shared"
+    markers = project / "markers"
+    for folder in (cwd, markers):
+        folder.mkdir()
+        os.chmod(folder, 0o777)  # any process importing a planted package may leave its mark
+    planted = other_user.run(PLANT_PACKAGES, str(cwd), str(markers), *PLANTED_PACKAGES)
+    assert planted.stdout.strip() == "planted", planted.stderr
+    assert all(
+        (cwd / name / "__init__.py").stat().st_uid == other_user.uid for name in PLANTED_PACKAGES
+    )
+    return SharedFolder(cwd, markers)
+
+
+def _console_command(campaign: Path, output: Path) -> list[str]:
+    """``runs.command`` through the ``parsl-malleable`` console script: ``python -m`` would put
+    the shared folder first on the driver's own path, which is the user's own choice."""
+    script = Path(sys.executable).with_name("parsl-malleable")
+    assert script.is_file(), f"{script}: the project's console script is not installed"
+    argv = runs.command(campaign, output)
+    assert argv[1:3] == ["-m", "parsl_malleable"]
+    return [str(script), *argv[3:]]
+
+
+def _plain_env() -> dict[str, str]:
+    """``runs.env()`` without ``PYTHONSAFEPATH``: a driver run earlier in this test process
+    leaves it set, which would hide what the run itself fails to set."""
+    return {k: v for k, v in runs.env().items() if k != "PYTHONSAFEPATH"}
+
+
+def _ran_to_the_end(output: Path) -> None:
+    """The run trained its job: the results table says so."""
+    table = runs.results(output)
+    assert list(table.index) == ["digits"]
+    assert table.loc["digits", "status"] == "done", table.to_dict("records")
+
+
+@pytest.mark.slow
+def test_the_command_imports_nothing_from_a_shared_working_folder(
+    project: Path, shared_folder: SharedFolder
+) -> None:
+    output = project / "out"
+    campaign = campaign_file(project, epochs=1, time_limit_s=240)
+    done = subprocess.run(
+        _console_command(campaign, output),
+        cwd=shared_folder.cwd,
+        env=_plain_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    try:
+        assert shared_folder.imported() == {}, "a process of the run imported a planted package"
+        assert done.returncode == 0, done.stderr[-3000:]
+        _ran_to_the_end(output)
+    finally:
+        runs.kill(runs.processes_of(output, 1))
+
+
+DRIVER_SCRIPT = """
+import sys
+from parsl_malleable.campaign import run_campaign
+
+table = run_campaign(sys.argv[1], sys.argv[2])
+print(table.attrs["outcome"])
+"""
+
+
+@pytest.mark.slow
+def test_run_campaign_imports_nothing_from_a_shared_working_folder(
+    project: Path, shared_folder: SharedFolder
+) -> None:
+    """The Python API, from a script of the user's (its own folder first on its path, as
+    Python puts it) started in the shared folder."""
+    scripts = project / "mine"
+    scripts.mkdir(mode=0o700)
+    driver = scripts / "drive.py"
+    driver.write_text(DRIVER_SCRIPT)
+    output = project / "out"
+    campaign = campaign_file(project, epochs=1, time_limit_s=240)
+    done = subprocess.run(
+        [sys.executable, str(driver), str(campaign), str(output)],
+        cwd=shared_folder.cwd,
+        env=_plain_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    try:
+        assert shared_folder.imported() == {}, "a process of the run imported a planted package"
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert done.stdout.split()[-1:] == ["finished"], done.stdout
+        _ran_to_the_end(output)
+    finally:
+        runs.kill(runs.processes_of(output, 1))

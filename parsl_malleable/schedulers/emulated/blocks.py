@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from parsl_malleable.schedulers.records import JobState, JobStatus
+from parsl_malleable.watchdog import SAFE_PATH_ENV, isolated_environment
 
 WRAPPER = Path(__file__).with_name("node_wrapper.py")
 
@@ -55,11 +56,22 @@ class EmulatedBlock:
         self, script: Path, lifeline: int, env: Mapping[str, str], argv: Sequence[str] = ()
     ) -> None:
         """Start the batch script once per node: ``bash script`` (or ``argv``) under the
-        wrapper, with ``PM_NODE_NAME`` and ``PM_BLOCK_JOB_ID``; output beside the script."""
+        wrapper, with ``PM_NODE_NAME`` and ``PM_BLOCK_JOB_ID``; output beside the script.
+
+        Each node's processes run in the script's folder (the run's private block folder),
+        never in the driver's working folder, which may be a shared one, and no Python
+        process among them imports from its working folder (``PYTHONSAFEPATH``; issue 49)."""
+        script = script.resolve()  # it is run from its own folder
         command = list(argv) or ["/bin/bash", str(script)]
         for node in self.nodes:
             out = script.parent / f"{self.name}-{self.job_id}.{node}.out"
-            node_env = {**os.environ, **env, "PM_NODE_NAME": node, "PM_BLOCK_JOB_ID": self.job_id}
+            node_env = {
+                **isolated_environment(),
+                **env,
+                SAFE_PATH_ENV: "1",
+                "PM_NODE_NAME": node,
+                "PM_BLOCK_JOB_ID": self.job_id,
+            }
             with out.open("ab") as sink:
                 self.procs[node] = subprocess.Popen(
                     [sys.executable, "-I", "-S", str(WRAPPER), str(lifeline), "--", *command],
@@ -67,6 +79,7 @@ class EmulatedBlock:
                     stdout=sink,
                     stderr=subprocess.STDOUT,
                     env=node_env,
+                    cwd=script.parent,
                     start_new_session=True,
                     pass_fds=(lifeline,),
                 )
