@@ -10,13 +10,15 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import os
 import re
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from parsl_malleable.errors import SchedulerCommandError, StartRefused
-from parsl_malleable.schedulers.base import OURS_PREFIX, SiteDestination
+from parsl_malleable.schedulers.base import OURS_PREFIX, Script, SiteDestination
 from parsl_malleable.schedulers.command_scheduler import CommandScheduler, current_user
 from parsl_malleable.schedulers.commands import describe_failure
 from parsl_malleable.schedulers.records import (
@@ -340,6 +342,34 @@ class SlurmScheduler(CommandScheduler):
         if self.pin_nodes and node_ids:
             argv.append(f"--nodelist={','.join(node_ids)}")
         return argv + self.option_args + list(extra_args)
+
+    def submit(
+        self,
+        script: Script,
+        *,
+        nodes: int,
+        walltime_s: float,
+        node_ids: Sequence[str] = (),
+        name: str | None = None,
+        output: str | None = None,
+        **options: Any,
+    ) -> str:
+        """Submit a block (:meth:`CommandScheduler.submit`). A batch script's block runs in
+        the script's folder (``--chdir``, unless ``workdir`` says otherwise), the run's private
+        block folder, which the nodes already read the block's files from: by default Slurm
+        runs it in sbatch's working folder, the driver's, which may be shared with other users
+        (issue 49)."""
+        if isinstance(script, str | os.PathLike) and options.get("workdir") is None:
+            options["workdir"] = str(Path(script).resolve().parent)
+        return super().submit(
+            script,
+            nodes=nodes,
+            walltime_s=walltime_s,
+            node_ids=node_ids,
+            name=name,
+            output=output,
+            **options,
+        )
 
     @contextlib.contextmanager
     def command_tail(self, args: list[str]) -> Iterator[list[str]]:
