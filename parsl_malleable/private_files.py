@@ -26,9 +26,11 @@ from __future__ import annotations
 import contextlib
 import errno
 import grp
+import itertools
 import logging
 import os
 import pwd
+import secrets
 import stat
 from collections.abc import Iterator
 from pathlib import Path
@@ -62,15 +64,109 @@ def _owner_problem(info: os.stat_result) -> str | None:
 
 def _group_is_mine(gid: int) -> bool:
     """Whether group ``gid`` holds nobody but this user (a user-private group), as OpenSSH
-    accepts a group-writable home: its write bit then lets no one else act."""
+    (Debian's ``StrictModes`` for group-writable homes) accepts it: its write bit then lets no
+    one else act. Nobody else may be listed in it nor have it as their primary group (which
+    ``gr_mem`` does not show: a shared ``users`` group usually lists no one)."""
+    me = os.geteuid()
     if gid != os.getegid():
         return False
     try:
-        me = pwd.getpwuid(os.geteuid()).pw_name
+        name = pwd.getpwuid(me).pw_name
         members = grp.getgrgid(gid).gr_mem
     except KeyError:
         return False
-    return all(member == me for member in members)
+    if any(member != name for member in members):
+        return False
+    return not any(entry.pw_gid == gid and entry.pw_uid != me for entry in pwd.getpwall())
+
+
+def _has_acl(folder: Path) -> bool:
+    """Whether ``folder`` carries a POSIX access ACL: its group bits are then the ACL's mask,
+    which may give write to named users whatever the owning group is."""
+    try:
+        os.getxattr(folder, "system.posix_acl_access")
+    except OSError:  # none (ENODATA), or a file system without ACLs (ENOTSUP)
+        return False
+    return True
+
+
+def _resolve(path: Path) -> tuple[Path, list[Path]]:
+    """``path`` with every symbolic link followed (a missing tail kept as written), and the
+    links met on the way: each is a name someone could point elsewhere, so the folders that
+    hold it are judged too. :class:`UnsafePathError` for a link loop."""
+    links: list[Path] = []
+    pending = list((Path.cwd() / path).parts[1:])  # '..' kept: it applies after a link
+    current = Path("/")
+    while pending:
+        part = pending.pop(0)
+        if part in ("", "."):
+            continue
+        if part == "..":
+            current = current.parent
+            continue
+        step = current / part
+        try:
+            info = os.lstat(step)
+        except (FileNotFoundError, NotADirectoryError):
+            current = step  # not made yet: created by this user, under what is judged
+            continue
+        if not stat.S_ISLNK(info.st_mode):
+            current = step
+            continue
+        links.append(step)
+        if len(links) > 40:
+            raise UnsafePathError(f"refusing {path}: too many symbolic links (a loop?)")
+        target = Path(os.readlink(step))
+        if target.is_absolute():
+            current = Path("/")
+        pending[:0] = list(target.parts[1:] if target.is_absolute() else target.parts)
+    return current, links
+
+
+def _chain_problem(target: Path) -> str | None:
+    """Why another user could replace ``target`` (a path without links) through a folder
+    above it, or None; the rule of :func:`parent_problem`."""
+    me = os.geteuid()
+    chain = [target, *target.parents]
+    chain.reverse()  # "/" first
+    for folder, child in itertools.pairwise(chain):
+        try:
+            info = os.stat(folder)
+        except FileNotFoundError:
+            return None  # the rest is created by this user, private
+        try:
+            entry: os.stat_result | None = os.lstat(child)
+        except (FileNotFoundError, NotADirectoryError):
+            entry = None
+        if info.st_uid not in (0, me):
+            return (
+                f"the folder {folder} above it belongs to uid {info.st_uid}, who can rename or "
+                "replace anything in it; use a path under folders only you (or root) own"
+            )
+        mode = stat.S_IMODE(info.st_mode)
+        loose = mode & _OTHERS_WRITE
+        if loose == 0o020 and _group_is_mine(info.st_gid) and not _has_acl(folder):
+            loose = 0
+        if not loose:
+            continue
+        if mode & stat.S_ISVTX and (entry is None or entry.st_uid in (0, me)):
+            # Sticky (/tmp): only an entry's owner (or the folder's, checked above) may rename
+            # or remove it, so an entry of ours cannot be swapped; a missing one is made ours.
+            continue
+        if mode & stat.S_ISVTX:
+            assert entry is not None
+            return (
+                f"the folder {child} above it belongs to uid {entry.st_uid} and sits in the "
+                f"sticky folder {folder} (mode {mode:04o}), so they can rename it and put their "
+                "own in its place; "
+                "use a path under a folder you own"
+            )
+        return (
+            f"the folder {folder} above it has mode {mode:04o}, so {_who(loose)} can rename "
+            "it and put their own in its place mid-run. Fix: `chmod g-w,o-w "
+            f"{folder}` (or `chmod +t` it), or use a path under a folder only you can write"
+        )
+    return None
 
 
 def parent_problem(path: Path | str) -> str | None:
@@ -79,42 +175,17 @@ def parent_problem(path: Path | str) -> str | None:
     The path is resolved (its links followed) and each folder from ``/`` down to the one that
     holds it is judged: it must belong to root or this user, and no one else may write it,
     unless it is sticky (only an entry's owner may rename it there) and the entry below it
-    belongs to root or this user. A missing tail (a folder not made yet) is judged from its
-    nearest existing ancestor, as it will be created private under it."""
-    me = os.geteuid()
-    target = Path(os.path.realpath(Path(path).expanduser()))
-    chain = [target, *target.parents]
-    chain.reverse()  # "/" first
-    below: dict[Path, os.stat_result] = {}
-    for folder, child in zip(chain, chain[1:], strict=False):
-        try:
-            info = os.stat(folder)
-        except FileNotFoundError:
-            return None  # the rest is created by this user, private
-        try:
-            below[child] = os.lstat(child)
-        except FileNotFoundError:
-            below.pop(child, None)
-        if info.st_uid not in (0, me):
-            return (
-                f"the folder {folder} above it belongs to uid {info.st_uid}, who can rename or "
-                "replace anything in it; use a path under folders only you (or root) own"
-            )
-        mode = stat.S_IMODE(info.st_mode)
-        loose = mode & _OTHERS_WRITE
-        if loose & 0o020 and not loose & 0o002 and _group_is_mine(info.st_gid):
-            loose = 0
-        if not loose:
-            continue
-        entry = below.get(child)
-        if mode & stat.S_ISVTX and (entry is None or entry.st_uid in (0, me)):
-            continue  # sticky: others cannot rename or remove an entry they do not own
-        return (
-            f"the folder {folder} above it has mode {mode:04o}, so {_who(loose)} can rename "
-            "it and put their own in its place mid-run. Fix: `chmod g-w,o-w "
-            f"{folder}` (or `chmod +t` it), or use a path under a folder only you can write"
-        )
-    return None
+    belongs to root or this user. A group-writable folder passes when its group is this user's
+    alone (:func:`_group_is_mine`) and no ACL widens it. Each symbolic link met on the way is
+    judged the same way (the folders above it, and the link as the entry): whoever can
+    replace a link can point the path elsewhere. A missing tail (a folder not made yet) is
+    judged from its nearest existing ancestor, as it will be created private under it."""
+    target, links = _resolve(Path(path).expanduser())
+    for link in links:
+        problem = _chain_problem(link)
+        if problem:
+            return f"through the symbolic link {link}: {problem}"
+    return _chain_problem(target)
 
 
 def check_parents(path: Path | str, *, what: str = "folder") -> None:
@@ -138,6 +209,8 @@ def private_dir(path: Path | str, *, what: str = "folder") -> Path:
         pass
     except OSError as exc:
         raise UnsafePathError(f"cannot create the {what} {path}: {exc.strerror}") from exc
+    # Again: another user may have made a missing parent (in /tmp, say) after the first check.
+    check_parents(path, what=what)
     info = os.lstat(path)
     if stat.S_ISLNK(info.st_mode):
         raise UnsafePathError(
@@ -268,9 +341,180 @@ def write_private_bytes(path: Path | str, data: bytes) -> None:
         raise
 
 
+class PrivateFolder:
+    """A private folder held open: the files written into it and read from it are those of the
+    folder that was checked, whatever its path names later.
+
+    Checking a path and then writing by that path leaves a gap: a folder renamed after the
+    check, and another put in its place, would receive every later write (a block's command,
+    then swapped before bash ran it). So the folder is checked (:func:`private_dir`, its
+    parents included), opened once with ``O_DIRECTORY | O_NOFOLLOW`` and judged again through
+    the descriptor; every file is then created relative to that descriptor (``openat`` with
+    ``O_EXCL | O_NOFOLLOW``) and renamed into place within it, so a rename of the folder or of
+    any folder above it cannot redirect a write. What is later run or read by its path (a
+    script the scheduler starts) is only as safe as that path still naming this folder:
+    :meth:`check_in_place` says so before the path is handed on.
+
+    Use it as a context manager, or :meth:`close` it.
+    """
+
+    def __init__(self, path: Path | str, *, what: str = "folder") -> None:
+        checked = private_dir(path, what=what)
+        self.what = what
+        # The names handed to others (scripts, the scheduler) are of the folder checked.
+        self.path = Path(os.path.realpath(checked))
+        flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            fd = os.open(checked, flags)
+        except OSError as exc:
+            raise UnsafePathError(
+                f"cannot open the {what} {checked}: {exc.strerror} (it changed since its check)"
+            ) from exc
+        try:
+            info = os.fstat(fd)
+            # The folder held, judged itself: one swapped in between the check and the open
+            # is refused here.
+            problem = _owner_problem(info)
+            if problem is None and stat.S_IMODE(info.st_mode) & _OTHERS_WRITE:
+                problem = f"its mode is {stat.S_IMODE(info.st_mode):04o}, which others can write"
+            if problem:
+                raise UnsafePathError(f"refusing the {what} {checked}: {problem}")
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd = fd
+        self._identity = (info.st_dev, info.st_ino)
+
+    def __enter__(self) -> PrivateFolder:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"PrivateFolder({str(self.path)!r}, fd={self._fd})"
+
+    def fileno(self) -> int:
+        """The folder's descriptor (-1 once closed)."""
+        return self._fd
+
+    def close(self) -> None:
+        """Let the folder go (again: nothing)."""
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            os.close(fd)
+
+    def _name(self, name: str) -> str:
+        # One name in this folder: a slash or ".." would lead out of the folder held.
+        if name in ("", ".", "..") or "/" in name or "\0" in name:
+            raise ValueError(f"{name!r} is not a file name inside the {self.what} {self.path}")
+        if self._fd < 0:
+            raise ValueError(f"the {self.what} {self.path} is closed")
+        return name
+
+    def path_of(self, name: str) -> Path:
+        """The path of file ``name`` in this folder, for whoever must open it by name."""
+        return self.path / self._name(name)
+
+    def write_bytes(self, name: str, data: bytes, *, mode: int = PRIVATE_FILE_MODE) -> Path:
+        """Write ``data`` to file ``name`` in this folder atomically with ``mode`` (a fresh
+        temporary file made with ``O_EXCL | O_NOFOLLOW`` relative to the folder's descriptor,
+        flushed, then renamed over ``name`` within the same folder: a link planted under
+        ``name`` is replaced, never followed); its path."""
+        name = self._name(name)
+        tmp = f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(tmp, flags, PRIVATE_FILE_MODE, dir_fd=self._fd)
+        try:
+            with os.fdopen(fd, "wb") as file:
+                os.fchmod(file.fileno(), mode)  # exactly ``mode``, whatever the umask
+                file.write(data)
+                file.flush()
+                os.fsync(file.fileno())
+            os.replace(tmp, name, src_dir_fd=self._fd, dst_dir_fd=self._fd)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp, dir_fd=self._fd)
+            raise
+        return self.path / name
+
+    def write_text(self, name: str, text: str, *, mode: int = PRIVATE_FILE_MODE) -> Path:
+        """:meth:`write_bytes` of ``text`` in UTF-8; its path."""
+        return self.write_bytes(name, text.encode(), mode=mode)
+
+    def read_bytes(self, name: str, *, secret: bool = False) -> bytes:
+        """The bytes of file ``name`` in this folder, read as :func:`read_private_bytes` reads
+        (no link followed, no FIFO waited on, a regular file of this user others cannot
+        change), through the folder's descriptor. ``FileNotFoundError`` passes through."""
+        name = self._name(name)
+        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+        try:
+            fd = os.open(name, flags, dir_fd=self._fd)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise UnsafePathError(
+                    f"refusing to read {self.path / name}: it is a symbolic link"
+                ) from exc
+            raise
+        with os.fdopen(fd, "rb") as file:
+            problem = _file_problem(os.fstat(file.fileno()), secret=secret)
+            if problem:
+                raise UnsafePathError(f"refusing to read {self.path / name}: {problem}")
+            return file.read()
+
+    def read_text(self, name: str, *, secret: bool = False) -> str:
+        """:meth:`read_bytes` decoded from UTF-8."""
+        return self.read_bytes(name, secret=secret).decode()
+
+    def touch(self, name: str) -> Path:
+        """Give file ``name`` in this folder the current time, creating it empty (0600) if
+        missing, through the folder's descriptor and without following a link; its path.
+        :class:`UnsafePathError` when ``name`` is a link or not a regular file of this user."""
+        name = self._name(name)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+        try:
+            fd = os.open(name, flags, PRIVATE_FILE_MODE, dir_fd=self._fd)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise UnsafePathError(
+                    f"refusing to touch {self.path / name}: it is a symbolic link"
+                ) from exc
+            raise
+        try:
+            problem = _file_problem(os.fstat(fd), secret=False)
+            if problem:
+                raise UnsafePathError(f"refusing to touch {self.path / name}: {problem}")
+            os.utime(fd)
+        finally:
+            os.close(fd)
+        return self.path / name
+
+    def in_place(self) -> bool:
+        """Whether :attr:`path` still names the folder held (not renamed, removed or
+        replaced since it was opened)."""
+        try:
+            info = os.stat(self.path)
+        except OSError:
+            return False
+        return (info.st_dev, info.st_ino) == self._identity
+
+    def check_in_place(self) -> None:
+        """:class:`UnsafePathError` unless :attr:`path` still names the folder held: files
+        written through the descriptor are not where that path leads, so nothing may be run
+        or read by it."""
+        if not self.in_place():
+            raise UnsafePathError(
+                f"the {self.what} {self.path} is no longer the folder that was checked and "
+                "opened: it was renamed, removed or replaced mid-run (by another user, if a "
+                "folder above it let them), so nothing is run from that path. Check who can "
+                "write the folders above it and start again"
+            )
+
+
 __all__ = [
     "PRIVATE_DIR_MODE",
     "PRIVATE_FILE_MODE",
+    "PrivateFolder",
     "check_parents",
     "check_private_file",
     "parent_problem",
