@@ -392,3 +392,256 @@ def test_run_campaign_imports_nothing_from_a_shared_working_folder(
         _ran_to_the_end(output)
     finally:
         runs.kill(runs.processes_of(output, 1))
+
+
+# ------------------------------------------------------------------------------------------------
+# No other user runs code as the user (issue 49). Another user who could write a folder the
+# user works in planted a dangling link named like an example (``init`` wrote the user's file
+# where it pointed, ``init --force`` overwrote a 0600 file through it), re-pointed a campaign
+# file at her own (``validate`` imported her module as the user), planted a ``checkpoints`` link
+# in a finished folder that had become group-writable (``retry --from-scratch`` deleted a folder
+# outside the run) and a FIFO as ``driver.lock`` (``status`` and ``retry`` hung).
+
+HER_MODULE = (
+    "import pathlib\npathlib.Path({marker!r}).write_text('imported')\n\ndef train(ctx): pass\n"
+)
+
+PLANT_CAMPAIGN = """
+import os, sys
+folder, marker, module = sys.argv[1], sys.argv[2], sys.argv[3]
+with open(os.path.join(folder, module + ".py"), "w") as f:
+    f.write(sys.argv[4].format(marker=marker))
+with open(os.path.join(folder, "campaign.yaml"), "w") as f:
+    f.write("site: emulated\\npython_path: [%s]\\njobs: [{name: j, app: '%s:train'}]\\n"
+            % (folder, module))
+print("planted")
+"""
+
+
+def _cli(*args: str, timeout_s: float = 60) -> subprocess.CompletedProcess[str]:
+    """``parsl-malleable ARGS`` as the user (root), with a timeout: a hang fails the test."""
+    return subprocess.run(
+        [sys.executable, "-m", "parsl_malleable", *args],
+        env=runs.env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        cwd="/",
+    )
+
+
+def _refused(done: subprocess.CompletedProcess[str], *expected: str) -> None:
+    """The command failed with one line saying each of ``expected``, and no traceback."""
+    assert done.returncode == 1, (done.returncode, done.stdout, done.stderr)
+    assert "Traceback" not in done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    for text in expected:
+        assert text in lines[0], lines[0]
+
+
+def _open_folder(project: Path, other_user: OtherUser, name: str) -> Path:
+    """A project folder of the user that the other user's group may write (mode 0770)."""
+    folder = project / name
+    folder.mkdir()
+    os.chown(folder, -1, other_user.gid)
+    os.chmod(folder, 0o770)
+    return folder
+
+
+@dataclass(frozen=True)
+class HerCampaign:
+    """A campaign of the other user's, in her own folder, whose app leaves ``marker`` when
+    imported."""
+
+    file: Path
+    folder: Path
+    marker: Path
+
+
+@pytest.fixture
+def her_campaign(project: Path, other_user: OtherUser) -> HerCampaign:
+    folder = project / "hers"
+    folder.mkdir(mode=0o755)
+    os.chown(folder, other_user.uid, other_user.gid)
+    markers = project / "markers-49"
+    markers.mkdir(mode=0o777)
+    os.chmod(markers, 0o777)  # whoever imports her module (as whom) leaves the marker
+    marker = markers / "imported"
+    module = f"pm_hers_{uuid.uuid4().hex[:8]}"
+    planted = other_user.run(PLANT_CAMPAIGN, str(folder), str(marker), module, HER_MODULE)
+    assert planted.stdout.strip() == "planted", planted.stderr
+    return HerCampaign(folder / "campaign.yaml", folder, marker)
+
+
+def test_init_refuses_a_dangling_link_she_planted_and_writes_nothing_at_its_target(
+    project: Path, other_user: OtherUser
+) -> None:
+    shared = _open_folder(project, other_user, "shared")
+    private = project / "private"
+    private.mkdir(mode=0o700)
+    victim = private / "authorized_keys"  # dangling: she cannot even see into the folder
+    planted = other_user.run(
+        "import os, sys; os.symlink(sys.argv[1], sys.argv[2]); print('planted')",
+        str(victim),
+        str(shared / "asha.yaml"),
+    )
+    assert planted.stdout.strip() == "planted", planted.stderr
+    done = _cli("init", str(shared), "--example", "asha")
+    _refused(done, f"{shared / 'asha.yaml'} is a symbolic link", "refusing to write through it")
+    assert not victim.exists() and not victim.is_symlink()
+
+
+def test_init_force_refuses_a_link_and_leaves_the_file_it_points_at(
+    project: Path, other_user: OtherUser
+) -> None:
+    shared = _open_folder(project, other_user, "shared")
+    private = project / "private"
+    private.mkdir(mode=0o700)
+    victim = private / "secret"
+    victim.write_text("the user's own")
+    victim.chmod(0o600)
+    planted = other_user.run(
+        "import os, sys; os.symlink(sys.argv[1], sys.argv[2]); print('planted')",
+        str(victim),
+        str(shared / "demo.yaml"),
+    )
+    assert planted.stdout.strip() == "planted", planted.stderr
+    _refused(_cli("init", str(shared), "--force"), "is a symbolic link")
+    assert victim.read_text() == "the user's own"
+    assert stat.S_IMODE(victim.stat().st_mode) == 0o600
+
+
+def _validate_and_run_refuse(campaign: Path, output: Path, *expected: str) -> None:
+    _refused(_cli("validate", str(campaign)), *expected)
+    _refused(_cli("run", str(campaign), "-o", str(output), "--quiet", timeout_s=120), *expected)
+    assert not output.exists(), "a refused campaign made its output folder"
+
+
+def test_a_link_to_her_campaign_is_refused_and_her_module_never_imported(
+    project: Path, her_campaign: HerCampaign
+) -> None:
+    mine = project / "mine"
+    mine.mkdir(mode=0o755)
+    link = mine / "campaign.yaml"
+    link.symlink_to(her_campaign.file)
+    _validate_and_run_refuse(
+        link,
+        project / "out",
+        f"refusing the campaign file {link}: it is a symbolic link to {her_campaign.file}",
+        "belongs to uid",
+    )
+    assert not her_campaign.marker.exists(), "her module was imported as the user"
+
+
+def test_a_campaign_file_she_owns_is_refused_and_her_module_never_imported(
+    project: Path, other_user: OtherUser, her_campaign: HerCampaign
+) -> None:
+    mine = project / "mine"
+    mine.mkdir(mode=0o755)
+    copy = mine / "campaign.yaml"
+    shutil.copy(her_campaign.file, copy)
+    os.chown(copy, other_user.uid, other_user.gid)
+    _validate_and_run_refuse(
+        copy,
+        project / "out",
+        f"refusing the campaign file {copy}: it belongs to uid {other_user.uid}",
+    )
+    assert not her_campaign.marker.exists(), "her module was imported as the user"
+
+
+def test_a_campaign_file_in_a_folder_she_can_write_is_refused(
+    project: Path, other_user: OtherUser, her_campaign: HerCampaign
+) -> None:
+    shared = _open_folder(project, other_user, "shared")
+    campaign = shared / "campaign.yaml"
+    shutil.copy(her_campaign.file, campaign)  # the user's own file, but she may replace it
+    _validate_and_run_refuse(
+        campaign, project / "out", f"refusing the campaign file {campaign}", f"folder {shared}"
+    )
+    assert not her_campaign.marker.exists(), "her module was imported as the user"
+
+
+def test_the_users_campaign_naming_her_folder_or_module_imports_nothing_of_hers(
+    project: Path, other_user: OtherUser, her_campaign: HerCampaign
+) -> None:
+    """The campaign file is the user's own and safe; its ``python_path`` names her folder
+    (``validate``, ``run`` and ``run_campaign`` refuse it before it goes on the path)."""
+    from parsl_malleable.campaign.api import run_campaign
+
+    mine = project / "mine"
+    mine.mkdir(mode=0o755)
+    campaign = mine / "campaign.yaml"
+    campaign.write_text(her_campaign.file.read_text())
+    _validate_and_run_refuse(
+        campaign,
+        project / "out",
+        f"refusing the python_path folder {her_campaign.folder}",
+        f"belongs to uid {other_user.uid}",
+    )
+    data = yaml.safe_load(campaign.read_text())
+    with pytest.raises(UnsafePathError, match="refusing the python_path folder"):
+        run_campaign(data, project / "out-api")
+    with pytest.raises(UnsafePathError, match="refusing the campaign file"):
+        run_campaign(her_campaign.file, project / "out-api")
+    assert not her_campaign.marker.exists(), "her module was imported as the user"
+    assert not (project / "out-api").exists()
+
+
+def _finished_folder(output: Path) -> None:
+    """An output folder whose run left job ``b`` failed, with a checkpoint."""
+    from parsl_malleable.campaign.store import CampaignStore
+
+    store = CampaignStore(output)
+    store.sync_jobs([("b", {"app": "m:f"}, {})])
+    store.begin_run("gone.yaml")
+    store.finish("b", 1, error="ValueError: bug")
+    store.close()
+    (output / "checkpoints" / "b").mkdir(parents=True)
+    (output / "checkpoints" / "b" / "step-4.pt").write_bytes(b"x")
+
+
+def test_retry_from_scratch_deletes_nothing_through_a_checkpoints_link_she_planted(
+    project: Path, other_user: OtherUser
+) -> None:
+    output = project / "out"
+    _finished_folder(output)
+    outside = project / "outside"
+    (outside / "b").mkdir(parents=True)
+    (outside / "b" / "keep").write_text("keep")
+    os.chown(output, -1, other_user.gid)
+    os.chmod(output, 0o770)  # the finished folder became group-writable
+    planted = other_user.run(
+        "import os, sys; os.rename(sys.argv[1], sys.argv[1] + '.old'); "
+        "os.symlink(sys.argv[2], sys.argv[1]); print('planted')",
+        str(output / "checkpoints"),
+        str(outside),
+    )
+    assert planted.stdout.strip() == "planted", planted.stderr
+    retry = ("retry", str(output), "b", "--from-scratch", "--no-run")
+    _refused(_cli(*retry), f"refusing the output folder {output}", "mode is 0770")
+    assert (outside / "b" / "keep").read_text() == "keep"
+    os.chmod(output, 0o700)  # the user closes the folder; the link is still there
+    _refused(_cli(*retry), f"refusing the checkpoints folder {output / 'checkpoints'}")
+    assert (outside / "b" / "keep").read_text() == "keep"
+
+
+def test_status_and_retry_answer_at_once_with_a_fifo_as_driver_lock(
+    project: Path, other_user: OtherUser
+) -> None:
+    output = project / "out"
+    _finished_folder(output)
+    os.chown(output, -1, other_user.gid)
+    os.chmod(output, 0o770)
+    planted = other_user.run(
+        "import os, sys; os.mkfifo(sys.argv[1], 0o666); print('planted')",
+        str(output / "driver.lock"),
+    )
+    assert planted.stdout.strip() == "planted", planted.stderr
+    for args in (("status", str(output)), ("retry", str(output), "--no-run")):
+        _refused(_cli(*args, timeout_s=30), f"refusing the output folder {output}")
+    assert stat.S_IMODE(output.stat().st_mode) == 0o770  # status changed nothing
+    os.chmod(output, 0o700)
+    for args in (("status", str(output)), ("retry", str(output), "--no-run")):
+        _refused(_cli(*args, timeout_s=30), f"refusing the driver lock {output / 'driver.lock'}")
+    assert stat.S_ISFIFO(os.lstat(output / "driver.lock").st_mode)
