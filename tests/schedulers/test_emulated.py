@@ -5,9 +5,11 @@ from __future__ import annotations
 import functools
 import itertools
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from collections.abc import Callable, Iterator
@@ -329,3 +331,31 @@ def test_the_shipped_profile_is_an_emulated_site() -> None:
     assert profile.scheduler == "emulated" and profile.emulated is not None
     assert profile.max_harvested_nodes == profile.emulated.nodes
     assert profile.launcher == "none" and profile.address == "127.0.0.1"
+
+
+def test_a_killed_blocks_pymp_folders_go_with_the_site(
+    sites: Make, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> None:
+    """A pool killed with its block never removes multiprocessing's pymp-* folder: they stayed
+    in the temporary folder after every run. The blocks get a private one, removed at close."""
+    # Short: a socket path under it must fit 107 bytes (pytest's tmp_path is too long).
+    user_tmp = Path(tempfile.mkdtemp(prefix="pm-t-", dir="/tmp"))
+    monkeypatch.setattr(tempfile, "tempdir", str(user_tmp))
+    request.addfinalizer(lambda: shutil.rmtree(user_tmp, ignore_errors=True))
+    site = sites(schedule=hand_schedule(2))
+    body = f"""
+        {sys.executable} -c 'import multiprocessing.connection as c, os, time
+        listener = c.Listener(family="AF_UNIX")  # makes $TMPDIR/pymp-XXXXXXXX
+        open(os.environ["PM_NODE_NAME"] + ".ready", "w").write(os.path.dirname(listener.address))
+        time.sleep(300)'
+    """
+    job = site.submit(script(tmp_path, body), nodes=2, walltime_s=60, name="pm-block-t-0")
+    ready = [tmp_path / f"vn{i}.ready" for i in (1, 2)]
+    assert wait_for(lambda: all(p.exists() and p.read_text() for p in ready), 20)
+    folders = [Path(p.read_text()) for p in ready]
+    private = {f.parent for f in folders}
+    assert len(private) == 1 and private.pop().parent == user_tmp
+    assert all(f.name.startswith("pymp-") and f.is_dir() for f in folders)
+    site.cancel([job])  # TERM, then KILL: no finalizer of theirs runs
+    site.close()
+    assert list(user_tmp.iterdir()) == []

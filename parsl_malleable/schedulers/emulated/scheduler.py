@@ -24,7 +24,9 @@ import heapq
 import itertools
 import logging
 import os
+import shutil
 import signal
+import tempfile
 import threading
 import time
 import weakref
@@ -96,6 +98,11 @@ class NodeCounts:
     idle: int
 
 
+BLOCK_TMP_PREFIX = "pm-"
+"""The name of the blocks' private temporary folder (``/tmp/pm-XXXXXXXX``, short: a pool's
+socket path under it must fit AF_UNIX's 107 bytes, see campaign/tmpdir_check.py)."""
+
+
 class EmulatedSite(BlockScheduler):
     """A batch system with ``settings.nodes`` virtual nodes and a replayed native load.
 
@@ -120,7 +127,15 @@ class EmulatedSite(BlockScheduler):
         self.node_names = settings.node_names()
         self.signal_margin_s = signal_margin_s
         self.pin_nodes = pin_nodes
+        # The blocks' temporary folder, private to this site and removed when it closes: a
+        # pool's multiprocessing makes a pymp-* folder there and, killed with its block (as
+        # yields and cancels do), never removes it; in the user's TMPDIR they piled up, several
+        # per run. A TMPDIR given in ``env`` is the caller's to keep.
         self.env = dict(env or {})
+        self._tmp: str | None = None
+        if "TMPDIR" not in self.env:
+            self._tmp = tempfile.mkdtemp(prefix=BLOCK_TMP_PREFIX)
+            self.env["TMPDIR"] = self._tmp
         self.ours_prefix = ours_prefix
         self.schedule = schedule if schedule is not None else native_schedule(settings)
         if self.schedule.nodes != settings.nodes:
@@ -349,6 +364,8 @@ class EmulatedSite(BlockScheduler):
         self._thread.join(5)
         for fd in (self._life_w, self._life_r):
             os.close(fd)
+        if self._tmp is not None:  # every block process is gone: nothing writes there now
+            shutil.rmtree(self._tmp, ignore_errors=True)
 
     # ------------------------------------------------------------------------- the clock
 
