@@ -367,9 +367,9 @@ class BackfillProvider(ExecutionProvider, RepresentationMixin):
 
     def beat(self) -> None:
         """Touch the heartbeat file: the driver is alive (the heartbeat thread does this)."""
-        path = self.heartbeat_file
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.touch(mode=0o600)  # an existing file gets the current time
+        # Through the script folder held open since its check, never following a link: a
+        # folder swapped in by another user neither gets the beat nor redirects it.
+        self.launcher.scripts().touch(self.heartbeat_file.name)
 
     def _beat_loop(self) -> None:
         # Its own thread: a poll stuck on a hung scheduler command must not stop the beat.
@@ -377,7 +377,8 @@ class BackfillProvider(ExecutionProvider, RepresentationMixin):
         while not self._stop.wait(period):
             try:
                 self.beat()
-            except OSError as exc:  # a full or lost file system: the blocks will end
+            # A full or lost file system, or a script folder now refused: the blocks will end.
+            except (OSError, MalleableError) as exc:
                 logger.warning("heartbeat %s not written: %s", self.heartbeat_file, exc)
 
     def load_planner(self) -> float:
@@ -404,6 +405,8 @@ class BackfillProvider(ExecutionProvider, RepresentationMixin):
         for thread in (self._thread, self._beat_thread):
             if thread is not None:
                 thread.join(timeout)
+        if not any(t is not None and t.is_alive() for t in (self._thread, self._beat_thread)):
+            self.launcher.close()
         if cancel:
             # A scheduler that runs blocks itself (the emulated site) stops them here.
             closer = getattr(self.scheduler, "close", None)

@@ -30,7 +30,11 @@ from __future__ import annotations
 
 import shlex
 import sys
+from collections.abc import Sequence
 from pathlib import Path
+
+from parsl_malleable.private_files import PrivateFolder
+from parsl_malleable.schedulers.command_scheduler import OPTIONS_MARK
 
 SCRIPT = """#!/bin/bash
 # parsl-malleable block for Parsl block {block_id} (slot {slot_id}); generated, do not edit.
@@ -93,7 +97,7 @@ def driver_interpreter_first() -> str:
 
 
 def write_block_files(
-    directory: Path,
+    directory: Path | PrivateFolder,
     *,
     slot_id: str,
     block_id: str,
@@ -104,45 +108,96 @@ def write_block_files(
     self_signal_s: float | None = None,
     heartbeat_file: Path | None = None,
     driver_timeout_s: float = 30.0,
+    directives: Sequence[str] = (),
 ) -> Path:
     """Write ``<slot>.command`` (Parsl's command), ``<slot>.node`` (what runs on each node:
     the command and the dead-man switch) and ``<slot>-<walltime>.sh`` (the batch script) into
     ``directory`` and return the script's path. The files are reused by every job of the slot.
 
+    ``directory``: a :class:`~parsl_malleable.private_files.PrivateFolder` the caller opened
+    when it checked the folder, or a path, then checked and opened here (created private).
+    Each file is written through the folder's descriptor (``O_EXCL | O_NOFOLLOW``, renamed
+    into place), so a folder renamed or replaced after its check cannot receive them; the
+    script's path is returned only while it still names that folder
+    (:class:`~parsl_malleable.errors.UnsafePathError` otherwise: bash and the scheduler open
+    these files by name).
+
     ``self_signal_s``: the script sends itself USR1 that long before its walltime, for
     schedulers without a signal-before-the-end option (PBS); Slurm's ``--signal`` does it there.
     ``heartbeat_file``: the dead-man switch's file (None: no switch); the block ends when it is
     older than ``driver_timeout_s``. ``worker_init`` "" runs :func:`driver_interpreter_first`.
+    ``directives``: the scheduler's directive lines for the submit options, written after the
+    first line under :data:`~parsl_malleable.schedulers.command_scheduler.OPTIONS_MARK` (the
+    scheduler then has nothing to add to the script).
     """
     if launcher not in LAUNCHERS:
         raise ValueError(f"launcher {launcher!r} is not one of {', '.join(LAUNCHERS)}")
-    directory.mkdir(parents=True, exist_ok=True)
-    command_file = directory / f"{slot_id}.command"
-    command_file.write_text(command.rstrip("\n") + "\n")
-    node_file = directory / f"{slot_id}.node"
-    node_file.write_text(
+    if isinstance(directory, PrivateFolder):
+        folder, opened = directory, False
+    else:
+        folder, opened = PrivateFolder(directory, what="block script folder"), True
+    try:
+        return _write(
+            folder,
+            slot_id=slot_id,
+            block_id=block_id,
+            command=command,
+            walltime_s=walltime_s,
+            launcher=launcher,
+            worker_init=worker_init,
+            self_signal_s=self_signal_s,
+            heartbeat_file=heartbeat_file,
+            driver_timeout_s=driver_timeout_s,
+            directives=directives,
+        )
+    finally:
+        if opened:
+            folder.close()
+
+
+def _write(
+    folder: PrivateFolder,
+    *,
+    slot_id: str,
+    block_id: str,
+    command: str,
+    walltime_s: float,
+    launcher: str,
+    worker_init: str,
+    self_signal_s: float | None,
+    heartbeat_file: Path | None,
+    driver_timeout_s: float,
+    directives: Sequence[str],
+) -> Path:
+    command_file = folder.write_text(f"{slot_id}.command", command.rstrip("\n") + "\n")
+    node_file = folder.write_text(
+        f"{slot_id}.node",
         NODE_SCRIPT.format(
             block_id=block_id,
             slot_id=slot_id,
-            command_q=shlex.quote(str(command_file.resolve())),
+            command_q=shlex.quote(str(command_file)),
             watchdog=_watchdog(heartbeat_file, driver_timeout_s),
-        )
+        ),
     )
-    script = directory / f"{slot_id}-{int(walltime_s)}.sh"
-    script.write_text(
-        SCRIPT.format(
-            block_id=block_id,
-            slot_id=slot_id,
-            block_id_q=shlex.quote(block_id),
-            worker_init=worker_init or driver_interpreter_first(),
-            walltime=int(walltime_s),
-            signal_dir_q=shlex.quote(str(directory.resolve())),
-            launch=LAUNCHERS[launcher],
-            node_q=shlex.quote(str(node_file.resolve())),
-            self_signal=_self_signal(walltime_s, self_signal_s),
-        )
+    text = SCRIPT.format(
+        block_id=block_id,
+        slot_id=slot_id,
+        block_id_q=shlex.quote(block_id),
+        worker_init=worker_init or driver_interpreter_first(),
+        walltime=int(walltime_s),
+        signal_dir_q=shlex.quote(str(folder.path)),
+        launch=LAUNCHERS[launcher],
+        node_q=shlex.quote(str(node_file)),
+        self_signal=_self_signal(walltime_s, self_signal_s),
     )
-    script.chmod(0o700)
+    if directives:
+        # Right after the interpreter line, before any command: where qsub and sbatch read them.
+        first, rest = text.split("\n", 1)
+        text = "\n".join([first, OPTIONS_MARK, *directives, rest])
+    script = folder.write_text(f"{slot_id}-{int(walltime_s)}.sh", text, mode=0o700)
+    # bash and the scheduler open these files by name: only while the name is still the folder
+    # written to.
+    folder.check_in_place()
     return script
 
 

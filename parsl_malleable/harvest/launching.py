@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -29,6 +30,8 @@ from parsl_malleable.harvest.ledger import JobRecord, PollReport, Slot
 from parsl_malleable.harvest.poll_context import PollContext, logger
 from parsl_malleable.harvest.states import CancelReason
 from parsl_malleable.harvest.submission import submit_block
+from parsl_malleable.private_files import PrivateFolder
+from parsl_malleable.schedulers.command_scheduler import CommandScheduler
 from parsl_malleable.snapshot import NodeState, Snapshot
 from parsl_malleable.windows.predict import WindowPredictor
 
@@ -40,7 +43,9 @@ class Launcher:
     the measured start-up); ``demand`` the nodes wanted in all (None: fill every waiting slot;
     :meth:`use_demand` sets one later, unless one was given); ``script_dir`` says where block
     scripts go and ``heartbeat_file`` which file their dead-man switch watches, both read at
-    each submit (Parsl sets the provider's ``script_dir`` when its executor starts).
+    each submit (Parsl sets the provider's ``script_dir`` when its executor starts). The
+    script folder is checked and opened once (:meth:`scripts`); every block file is written
+    through that open folder, never by its path.
     """
 
     def __init__(
@@ -65,6 +70,12 @@ class Launcher:
         self._demand = demand
         self._heartbeat_file = heartbeat_file
         self._script_dir = script_dir
+        # The script folder held open since its check, by the script_dir it was opened for;
+        # its predecessors stay open until close(): another thread may be writing through one.
+        self._scripts: PrivateFolder | None = None
+        self._scripts_for = ""
+        self._retired: list[PrivateFolder] = []
+        self._scripts_lock = threading.Lock()
         self._submit_failures = 0  # in a row
         self.submit_error = ""  # the last poll's failed submit, in the scheduler's words
         # The last poll left a slot waiting, with no idle window at all or fewer nodes placed
@@ -84,6 +95,30 @@ class Launcher:
                 return False
             self._demand = demand
             return True
+
+    def scripts(self) -> PrivateFolder:
+        """The block script folder (``script_dir``, else ``backfill_scripts``), checked and
+        opened the first time (:class:`~parsl_malleable.private_files.PrivateFolder`: created
+        private, refused if others can write it or a folder above it) and held open after:
+        a rename of it mid-run cannot redirect a block's files. Opened again only for another
+        ``script_dir``. :class:`~parsl_malleable.errors.UnsafePathError` when refused."""
+        directory = self._script_dir() or "backfill_scripts"
+        with self._scripts_lock:
+            held = self._scripts
+            if held is None or held.fileno() < 0 or self._scripts_for != directory:
+                if held is not None:
+                    self._retired.append(held)
+                self._scripts = held = PrivateFolder(directory, what="block script folder")
+                self._scripts_for = directory
+            return held
+
+    def close(self) -> None:
+        """Let the script folders go (the poll and heartbeat threads have stopped)."""
+        with self._scripts_lock:
+            for folder in [*self._retired, *([self._scripts] if self._scripts else [])]:
+                folder.close()
+            self._retired.clear()
+            self._scripts = None
 
     def launch(self, snap: Snapshot, report: PollReport) -> None:
         """Fill waiting slots with new blocks where windows open (tested first if the profile
@@ -191,9 +226,11 @@ class Launcher:
         report: PollReport,
     ) -> None:
         profile, scheduler = self._ctx.profile, self._ctx.scheduler
-        directory = Path(self._script_dir() or "backfill_scripts")
+        # Written with the submit options' directives, so that the scheduler has nothing to
+        # rewrite in the script by its path.
+        directives = scheduler.directive_lines() if isinstance(scheduler, CommandScheduler) else []
         script = write_block_files(
-            directory,
+            self.scripts(),
             slot_id=slot.slot_id,
             block_id=slot.block_id,
             command=slot.command,
@@ -203,6 +240,7 @@ class Launcher:
             self_signal_s=None if scheduler.signals_before_walltime else profile.signal_margin_s,
             heartbeat_file=self._heartbeat_file(),
             driver_timeout_s=profile.driver_timeout_s,
+            directives=directives,
         )
         name = self._book.next_name(slot.block_id)
         now = self._ctx.clock()

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Self
 
 from parsl_malleable.errors import SchedulerCommandError
+from parsl_malleable.private_files import read_regular_file, write_private_bytes
 from parsl_malleable.schedulers.base import OURS_PREFIX, BlockScheduler, Script, SiteDestination
 from parsl_malleable.schedulers.commands import CommandResult, describe_failure, run_command
 from parsl_malleable.schedulers.records import JobState, JobStatus, OutputParseError, parse_output
@@ -161,12 +162,17 @@ class CommandScheduler(BlockScheduler):
         same as for the start test, which submits no script."""
         if not self.submit_options:
             return
-        lines = script.read_text().splitlines(keepends=True)
+        # Read without following a link or waiting on a FIFO, and rewritten atomically as a new
+        # file (a link planted under its name is replaced, never written through). The
+        # provider writes its scripts with the lines already (block_script), so this is for a
+        # script given by hand.
+        data, _ = read_regular_file(script)
+        lines = data.decode().splitlines(keepends=True)
         if OPTIONS_MARK + "\n" in lines:
             return
         head, rest = lines[:1], lines[1:]
         block = [OPTIONS_MARK + "\n", *(line + "\n" for line in self.directive_lines())]
-        script.write_text("".join([*head, *block, *rest]))
+        write_private_bytes(script, "".join([*head, *block, *rest]).encode())
 
     def run(
         self,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -12,11 +13,17 @@ from pathlib import Path
 
 import pytest
 
+from parsl_malleable.errors import UnsafePathError
 from parsl_malleable.harvest.block_script import write_block_files
+from parsl_malleable.harvest.site_profile import load_profile
+from parsl_malleable.private_files import PrivateFolder
+from parsl_malleable.provider import BackfillProvider
+from parsl_malleable.schedulers.command_scheduler import OPTIONS_MARK
+from parsl_malleable.schedulers.pbs import PBSScheduler
 from parsl_malleable.watchdog import group_members
 
 from .conftest import wait_for
-from .fake_pbs import kill_session
+from .fake_pbs import FakePBS, kill_session
 
 
 def test_script_exports_the_deadline_and_runs_the_command(tmp_path: Path) -> None:
@@ -236,3 +243,114 @@ def _appears(path: Path, proc: subprocess.Popen[bytes], timeout_s: float = 30.0)
             return False
         time.sleep(0.02)
     return True
+
+
+# ------------------------------------------------- written into the folder checked (issue 49)
+
+
+def _block(folder: Path | PrivateFolder, **kwargs: object) -> Path:
+    args: dict[str, object] = dict(
+        slot_id="s", block_id="1", command="true", walltime_s=60, launcher="none"
+    )
+    return write_block_files(folder, **{**args, **kwargs})  # type: ignore[arg-type]
+
+
+def test_block_files_go_to_the_folder_checked_even_once_it_was_replaced(tmp_path: Path) -> None:
+    """Another user renamed the block folder after its check and put their own in its place:
+    the block's files are written into the folder checked (under its new name), none into
+    theirs, and no script path is handed to the scheduler while the name leads to theirs."""
+    with PrivateFolder(tmp_path / "blocks", what="block script folder") as folder:
+        first = _block(folder, command="echo first")
+        assert first == folder.path / "s-60.sh" and first.parent == (tmp_path / "blocks")
+        (tmp_path / "blocks").rename(tmp_path / "moved")
+        (tmp_path / "blocks").mkdir()
+        with pytest.raises(UnsafePathError, match="no longer the folder that was checked"):
+            _block(folder, command="echo second")
+    assert list((tmp_path / "blocks").iterdir()) == []
+    assert (tmp_path / "moved" / "s.command").read_text() == "echo second\n"
+    assert sorted(p.name for p in (tmp_path / "moved").iterdir()) == [
+        "s-60.sh",
+        "s.command",
+        "s.node",
+    ]
+
+
+def test_a_link_planted_under_a_block_file_name_is_replaced_not_written_through(
+    tmp_path: Path,
+) -> None:
+    blocks = tmp_path / "blocks"
+    blocks.mkdir(mode=0o700)
+    target = tmp_path / "bashrc"
+    target.write_text("kept\n")
+    (blocks / "s.command").symlink_to(target)
+    (blocks / "s-60.sh").symlink_to(tmp_path / "dangling")  # a write would create it
+    script = _block(blocks, command="echo hi")
+    assert target.read_text() == "kept\n" and not (tmp_path / "dangling").exists()
+    assert not (blocks / "s.command").is_symlink()
+    assert (blocks / "s.command").read_text() == "echo hi\n"
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in blocks.iterdir()}
+    assert modes == {"s.command": 0o600, "s.node": 0o600, script.name: 0o700}
+
+
+def test_a_block_folder_others_can_write_is_refused(tmp_path: Path) -> None:
+    blocks = tmp_path / "blocks"
+    blocks.mkdir()
+    os.chmod(blocks, 0o770)
+    with pytest.raises(UnsafePathError, match="mode is 0770"):
+        _block(blocks)
+    assert list(blocks.iterdir()) == []
+
+
+def test_directives_are_written_with_the_script_and_not_again_by_the_scheduler(
+    tmp_path: Path,
+) -> None:
+    directive = "#PBS -l filesystems=home"
+    script = _block(tmp_path / "blocks", directives=[directive])
+    lines = script.read_text().splitlines()
+    assert lines[0].startswith("#!") and lines[1:3] == [OPTIONS_MARK, directive]
+    before = script.read_bytes()
+    PBSScheduler(submit_options=["-l filesystems=home"]).record_options(script)
+    assert script.read_bytes() == before  # nothing to add: no rewrite by its path
+    linked = tmp_path / "blocks" / "linked.sh"
+    linked.symlink_to(script)
+    with pytest.raises(UnsafePathError, match="symbolic link"):
+        PBSScheduler(submit_options=["-l filesystems=home"]).record_options(linked)
+
+
+def test_the_provider_writes_blocks_and_its_heartbeat_through_the_folder_it_checked(
+    tmp_path: Path,
+) -> None:
+    """The provider opens its block folder once, at its first block: after the folder was
+    swapped, the next block's files and the heartbeat go into the folder checked, and the
+    block is not submitted."""
+    pbs = FakePBS(tmp_path / "pbs", {"n1": {"state": "free"}, "n2": {"state": "free"}})
+    profile = load_profile("example-pbs").with_overrides(
+        queue="workq",
+        reservations=False,
+        min_block_s=60,
+        safety_margin_s=10,
+        max_nodes_per_block=1,
+    )
+    blocks = tmp_path / "blocks"
+    provider = BackfillProvider(profile, env=pbs.env, slots=2, script_dir=str(blocks))
+    try:
+        provider.submit("exec sleep 600", 1, "parsl.htex.block-0")
+        assert wait_for(lambda: any(c.startswith("qsub") for c in pbs.calls()), 30)
+        held = provider.launcher.scripts()
+        assert held.path == blocks.resolve() and provider.launcher.scripts() is held
+        blocks.rename(tmp_path / "moved")
+        blocks.mkdir()
+        provider.submit("exec sleep 600", 1, "parsl.htex.block-1")
+        assert wait_for(lambda: "no longer the folder" in provider.last_error, 30), (
+            provider.last_error
+        )
+        provider.beat()
+        # Only the first job's output, which the (fake) PBS writes by its path: nothing of ours.
+        assert [p.suffix for p in blocks.iterdir()] in ([], [".out"])
+        moved = {p.name for p in (tmp_path / "moved").iterdir()}
+        assert provider.heartbeat_file.name in moved
+        assert sum(n.endswith(".command") for n in moved) == 2
+        assert sum(c.startswith("qsub") for c in pbs.calls()) == 1
+    finally:
+        provider.close()
+    assert held.fileno() == -1
