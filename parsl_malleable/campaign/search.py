@@ -342,8 +342,8 @@ def _say_repair(
     state = store.path if store is not None else None
     names = [search.trial_name(number) for number in retold]
     again = (
-        f"{len(names)} trial(s) ({_span(names)}) re-told from {state} with the parameters, "
-        "reports and ends of their jobs"
+        f"{len(names)} trial(s) ({_span(names)}) re-told with the parameters, reports and ends "
+        "of their jobs"
         if names
         else ""
     )
@@ -361,7 +361,13 @@ def _say_repair(
             rebuilt,
         )
     elif not check.existed and names:
-        logger.warning("search %s: %s is missing; rebuilt its study: %s", search.name, path, again)
+        logger.warning(
+            "search %s: %s is missing; rebuilt its study from %s: %s",
+            search.name,
+            path,
+            state,
+            again,
+        )
     elif check.torn or names:
         said = []
         if check.torn:

@@ -262,9 +262,11 @@ def retell(
             study.add_trial(create_trial(state=TrialState.FAIL, user_attrs={LOST: True}))
             continue
         params, dists = _distributions(search, row.params)
+        reports = _reports(search, metric, row, store)
         state, value = TrialState.RUNNING, None
         if row.status == "pruned":
-            state = TrialState.PRUNED
+            # study.tell(PRUNED) gives the trial its last report as its value.
+            state, value = TrialState.PRUNED, reports[max(reports)] if reports else None
         elif row.status == "failed":
             state = TrialState.FAIL
         elif row.status == "done":
@@ -286,7 +288,7 @@ def retell(
                 value=value,
                 params=params,
                 distributions=dists,
-                intermediate_values=_reports(search, metric, row, store),
+                intermediate_values=reports,
                 user_attrs={RETOLD: True},
                 system_attrs=system,
             )

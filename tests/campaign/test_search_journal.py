@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 from optuna.trial import TrialState
 
+from parsl_malleable.campaign.runner import CampaignRunner
 from parsl_malleable.campaign.search import SearchBook, journal_path
 from parsl_malleable.campaign.search_journal import RETOLD
 from parsl_malleable.campaign.spec import Campaign
@@ -161,8 +162,12 @@ def deleted(path: Path) -> None:
             r": (dropped \d+ byte\(s\) of a record torn when a driver was killed; )?\d+ "
             r"trial\(s\) the state holds \(s-00\d..s-009\) were cut from it: re-told from ",
         ),
-        (deleted, r" is missing; rebuilt its study: 10 trial\(s\) \(s-000..s-009\) re-told "),
+        (
+            deleted,
+            r" is missing; rebuilt its study from \S+: 10 trial\(s\) \(s-000..s-009\) re-told ",
+        ),
     ],
+    ids=["garbage-line", "random-bytes", "cut-by-half", "deleted"],
 )
 def test_a_damaged_or_lost_journal_is_one_line_and_trials_keep_their_parameters(
     tmp_path: Path,
@@ -189,6 +194,7 @@ def test_a_damaged_or_lost_journal_is_one_line_and_trials_keep_their_parameters(
     # What the state knew is told again: the failed trial FAIL, the pruned one PRUNED with its
     # reports up to its pruning step, the done ones COMPLETE with their final values.
     assert study.trials[5].intermediate_values == {1: 0.5, 2: 0.65}
+    assert study.trials[5].value == 0.65  # a pruned trial has its last report as its value
     assert study.trials[4].value == pytest.approx(0.64)
     assert book.live("s-009") and book.live("s-010") and book.live("s-011")
     # The rerun goes on: the reports of s-009 reach the pruner, and a third run still agrees.
@@ -298,3 +304,29 @@ def test_a_journal_another_user_could_write_is_refused_in_one_line(
     with pytest.raises(UnsafePathError) as caught:
         SearchBook.open(campaign(), tmp_path, 8, store=store)
     assert str(caught.value).startswith(said) and "\n" not in str(caught.value)
+
+
+def test_the_runner_says_which_trials_changed_and_rebuilds_through_the_state(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Through the runner (``_open_searches``): a trial whose job the campaign file changed is
+    named in a warning (``sync_jobs``' changed list, once dropped), and a deleted journal
+    gives the runner's jobs the parameters they trained with."""
+    store = trained(tmp_path)
+    before = state_params(store)
+    journal_path(tmp_path, "s").unlink()
+    edited = campaign(epochs=5)  # the search's fixed arguments changed
+    runner = CampaignRunner(edited, tmp_path, adopt_folder=True)
+    runner.store, runner.run = store, 2
+    with caplog.at_level(logging.WARNING):
+        runner._open_searches()
+    said = warnings_of(caplog)
+    assert said[0].startswith(f"search s: {journal_path(tmp_path, 's')} is missing; rebuilt")
+    assert said[1:] == [
+        f"job s-{n:03d}: its trial's job differs from the one in the state (the campaign file "
+        "changed the search's fixed arguments); it keeps its state"
+        for n in range(TRAINED)
+    ]
+    for name, params in before.items():
+        assert runner.entries[name][1] == params
+    assert sorted(set(runner.entries) - set(before)) == ["s-010", "s-011"]
