@@ -330,3 +330,22 @@ def test_the_runner_says_which_trials_changed_and_rebuilds_through_the_state(
     for name, params in before.items():
         assert runner.entries[name][1] == params
     assert sorted(set(runner.entries) - set(before)) == ["s-010", "s-011"]
+
+
+def test_a_number_the_state_never_held_keeps_the_later_trials_numbers(tmp_path: Path) -> None:
+    """A trial asked by a driver killed before the state had it never trained: rebuilt, its
+    number is a FAIL trial without a job, and the trials after it keep their numbers."""
+    store = trained(tmp_path)
+    before = state_params(store)
+    store.db.execute("DELETE FROM jobs WHERE name = 's-002'")  # as if never recorded
+    store.db.commit()
+    del before["s-002"]
+    journal_path(tmp_path, "s").unlink()
+    book = SearchBook.open(campaign(), tmp_path, 8, store=store)
+    study = book.runs["s"].study
+    assert study.trials[2].state == TrialState.FAIL and study.trials[2].params == {}
+    entries = {name: params for name, _, params in book.entries()}
+    assert "s-002" not in entries and len(entries) == TRAINED - 1
+    for name, params in before.items():
+        assert json.dumps(entries[name], sort_keys=True) == json.dumps(params, sort_keys=True)
+    assert [n for n, _, _ in book.ask()] == ["s-010", "s-011"]
