@@ -645,3 +645,90 @@ def test_status_and_retry_answer_at_once_with_a_fifo_as_driver_lock(
     for args in (("status", str(output)), ("retry", str(output), "--no-run")):
         _refused(_cli(*args, timeout_s=30), f"refusing the driver lock {output / 'driver.lock'}")
     assert stat.S_ISFIFO(os.lstat(output / "driver.lock").st_mode)
+
+
+# ------------------------------------ a parent she can write; files written by folder, not path
+
+
+def test_an_output_folder_under_a_parent_her_group_can_write_is_refused_before_anything_runs(
+    project: Path, other_user: OtherUser
+) -> None:
+    """A 2770 project folder: she could rename the output folder mid-run and put her own in
+    its place, where the next block's command would be written and swapped before bash ran it.
+    The run is refused at once, in one line naming the parent and the fix, whether the output
+    folder is new or one of the user's own (0700) from an earlier run."""
+    shared = project / "shared"
+    shared.mkdir()
+    os.chown(shared, -1, other_user.gid)
+    os.chmod(shared, 0o2770)
+    campaign = campaign_file(project)
+    mine = shared / "mine"
+    mine.mkdir(mode=0o700)
+    for output in (shared / "new", mine):
+        done = subprocess.run(
+            runs.command(campaign, output),
+            env=runs.env(),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode != 0
+        # The run's header ("campaign ... -> ...") and one error line.
+        said = [line for line in done.stderr.splitlines() if line.startswith("Error:")]
+        assert len(said) == 1, done.stderr
+        assert f"refusing the output folder {output}" in said[0], said
+        assert f"the folder {shared} above it has mode 2770" in said[0], said
+        assert f"chmod g-w,o-w {shared}" in said[0], said
+        assert "Traceback" not in done.stderr
+    # Nothing ran: no output folder made, nothing written into the user's own.
+    assert sorted(p.name for p in shared.iterdir()) == ["mine"]
+    assert list(mine.iterdir()) == []
+
+
+SWAP = """
+import os, sys
+folder = sys.argv[1]
+os.rename(folder, folder + ".old")
+os.mkdir(folder, 0o777)
+os.chmod(folder, 0o777)
+os.symlink("/etc/passwd", os.path.join(folder, "s.command"))
+print("swapped")
+"""
+
+
+def test_block_files_written_after_she_swapped_the_folder_land_in_the_users_folder(
+    project: Path, other_user: OtherUser
+) -> None:
+    """The folder above the block folder became writable by her group after its check (the
+    check refuses it when opened): she renames the block folder and puts her own, with a link
+    under the command's name, in its place. The block's files still go into the folder the
+    run checked and holds open (now under her new name), none into hers, nothing through her
+    link, and no script path leading into her folder is handed on."""
+    from parsl_malleable.harvest.block_script import write_block_files
+    from parsl_malleable.private_files import PrivateFolder
+
+    parent = project / "runinfo"
+    parent.mkdir(mode=0o755)
+    blocks = parent / "submit_scripts"
+    with PrivateFolder(blocks, what="block script folder") as folder:
+        os.chown(parent, -1, other_user.gid)
+        os.chmod(parent, 0o2770)  # loosened after the check
+        swapped = other_user.run(SWAP, str(blocks))
+        assert swapped.stdout.strip() == "swapped", swapped.stderr
+        with pytest.raises(UnsafePathError, match="no longer the folder that was checked"):
+            write_block_files(
+                folder,
+                slot_id="s",
+                block_id="1",
+                command="echo mine",
+                walltime_s=60,
+                launcher="none",
+            )
+    renamed = parent / "submit_scripts.old"
+    assert renamed.stat().st_uid == 0 and stat.S_IMODE(renamed.stat().st_mode) == 0o700
+    assert (renamed / "s.command").read_text() == "echo mine\n"
+    assert sorted(p.name for p in renamed.iterdir()) == ["s-60.sh", "s.command", "s.node"]
+    assert [p.name for p in blocks.iterdir()] == ["s.command"]  # hers alone, still her link
+    assert (blocks / "s.command").is_symlink()
+    with pytest.raises(UnsafePathError, match="above it has mode 2770"):
+        PrivateFolder(blocks)  # and a fresh check refuses the place
