@@ -10,7 +10,9 @@ beside Parsl's own ``parsl.log``.
 
 Unlike Parsl's helpers, these are idempotent: calling one again for the same stream or file
 changes the level and format of the handler it attached before instead of adding a second one
-(a notebook cell run twice would otherwise print every line twice).
+(a notebook cell run twice would otherwise print every line twice). A log file that cannot be
+written (a full disk) does not print logging's ``--- Logging error ---`` traceback for each
+record: :class:`QuietFileHandler` counts the failures instead.
 """
 
 from __future__ import annotations
@@ -29,6 +31,31 @@ FILE_FORMAT = (
     "%(levelname)s: %(message)s"
 )
 _TARGET = "_parsl_malleable_target"  # handler attribute: what it writes to
+
+
+class QuietFileHandler(logging.FileHandler):
+    """A :class:`logging.FileHandler` that counts the records it could not write for an
+    ``OSError`` (a full disk, a folder gone) in :attr:`failures`, instead of printing a
+    traceback for each on stderr: on a full disk a run's terminal showed them above the one line
+    that said what happened. Any other failure (a record whose arguments do not fit its
+    message: a bug) is reported as logging reports it."""
+
+    failures = 0
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        """Count a write that failed; anything else as :class:`logging.Handler` does."""
+        if isinstance(sys.exc_info()[1], OSError):
+            self.failures += 1
+            return
+        super().handleError(record)
+
+    def close(self) -> None:
+        """Close the file; what it still held unwritten (a full disk) is dropped and counted,
+        not raised into the code that removes the handler at a run's end."""
+        try:
+            super().close()  # the stream and the handler are closed even when the flush fails
+        except OSError:
+            self.failures += 1
 
 
 def _attach(
@@ -85,7 +112,7 @@ def set_file_logger(
     def make() -> logging.Handler:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
-        return logging.FileHandler(path)
+        return QuietFileHandler(path)
 
     return _attach(
         logging.getLogger(name), ("file", str(path)), make, level, format_string or FILE_FORMAT
@@ -98,4 +125,4 @@ def remove_logger(handler: logging.Handler, name: str = NAME) -> None:
     handler.close()
 
 
-__all__ = ["remove_logger", "set_file_logger", "set_stream_logger"]
+__all__ = ["QuietFileHandler", "remove_logger", "set_file_logger", "set_stream_logger"]

@@ -71,3 +71,27 @@ def test_other_loggers_are_not_captured(clean_logger: logging.Logger) -> None:
     logging.getLogger("parsl.dataflow.dflow").warning("parsl's own record")
     logging.getLogger("parsl_malleable").info("ours")
     assert stream.getvalue().count("\n") == 1 and "ours" in stream.getvalue()
+
+
+def test_a_log_file_on_a_full_disk_counts_its_failures_without_a_traceback(
+    clean_logger: logging.Logger, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """On a full disk every record printed logging's ``--- Logging error ---`` traceback."""
+    full = tmp_path / "run.log"
+    full.symlink_to("/dev/full")  # every write: ENOSPC
+    handler = parsl_malleable.set_file_logger(full)
+    assert isinstance(handler, parsl_malleable.logs.QuietFileHandler)
+    log = logging.getLogger("parsl_malleable.campaign.runner")
+    log.info("job a done")
+    log.warning("job b failed")
+    assert handler.failures == 2
+    assert capsys.readouterr().err == ""
+    # Any other failure (a record that does not fit its message: a bug) is still reported.
+    record = log.makeRecord(log.name, logging.INFO, __file__, 1, "two args %s %s", (1,), None)
+    try:
+        record.getMessage()
+    except TypeError:
+        handler.handleError(record)
+    assert "--- Logging error ---" in capsys.readouterr().err
+    parsl_malleable.remove_logger(handler)  # its unwritten buffer: counted, not raised
+    assert handler.failures == 3 and capsys.readouterr().err == ""
