@@ -35,9 +35,9 @@ from parsl_malleable.allocate.solve import SOLVERS
 from parsl_malleable.campaign.app_args import ArgTypes, check_app_args, resolve_app
 from parsl_malleable.campaign.search_spec import Distribution, PrunerSpec, SamplerSpec, check_space
 from parsl_malleable.campaign.trusted_files import (
-    check_app_module,
     check_campaign_file,
     check_python_path,
+    import_app,
 )
 from parsl_malleable.controller.model import JOB_MAX_NODES, JOB_MIN_NODES, JOB_PRIORITY
 from parsl_malleable.controller.policy import PolicySettings
@@ -532,8 +532,7 @@ def check_apps(campaign: Campaign, *, source: str = "<campaign>") -> None:
     problems = []
     for kind, i, entry in _entries(campaign):
         try:
-            check_app_module(entry.app)  # before it runs: no other user's code imported as us
-            fn = resolve_app(entry.app)
+            fn = import_app(entry.app)  # checked first: no other user's code runs as us
         except ValueError as exc:
             problems.append(f"{kind}[{i}].app: {exc}")
             continue

@@ -21,9 +21,11 @@ import importlib.machinery
 import os
 import stat
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
+from parsl_malleable.campaign.app_args import resolve_app
 from parsl_malleable.errors import ConfigError, UnsafePathError
 from parsl_malleable.private_files import others_write_bits, parent_problem
 
@@ -55,12 +57,15 @@ def _link_problem(path: Path, link: os.stat_result) -> str | None:
     return None
 
 
-def trusted_problem(path: Path | str, *, folder: bool = False) -> str | None:
+def trusted_problem(
+    path: Path | str, *, folder: bool = False, cache: dict[str, str | None] | None = None
+) -> str | None:
     """Why ``path`` (a file, or with ``folder`` a folder) could have been changed by another
     user, or None: it (the file a symbolic link leads to) must be a regular file (a folder)
     of this user or root that nobody else may write, a link must sit where only its owner can
     re-point it, and no folder above may let another user replace it. A missing path is
-    judged by the folders above it only (it would be created by this user)."""
+    judged by the folders above it only (it would be created by this user). ``cache`` keeps
+    the verdict on the folders above, by folder, for many paths checked at once."""
     path = Path(path).expanduser()
     me = os.geteuid()
     try:
@@ -92,13 +97,26 @@ def trusted_problem(path: Path | str, *, folder: bool = False) -> str | None:
             f"{through}has mode {mode:04o}, so {_who_writes(loose)} can change it. Fix: check "
             f"it, then `chmod g-w,o-w {os.path.realpath(path)}`"
         )
-    return parent_problem(path)
+    if linked or cache is None:
+        return parent_problem(path)
+    # For an entry of this user or root that is no link, the verdict on the folders above is
+    # the same for every entry of its folder (the entry's owner only matters in a sticky one).
+    key = str(path.absolute().parent)
+    if key not in cache:
+        cache[key] = parent_problem(path)
+    return cache[key]
 
 
-def check_trusted(path: Path | str, *, what: str, folder: bool = False) -> None:
+def check_trusted(
+    path: Path | str,
+    *,
+    what: str,
+    folder: bool = False,
+    cache: dict[str, str | None] | None = None,
+) -> None:
     """:class:`UnsafePathError` ("refusing the ``what`` ``path``: why") unless ``path`` passes
     :func:`trusted_problem`."""
-    problem = trusted_problem(path, folder=folder)
+    problem = trusted_problem(path, folder=folder, cache=cache)
     if problem:
         raise UnsafePathError(f"refusing the {what} {path}: {problem}")
 
@@ -116,11 +134,14 @@ def check_python_path(folders: Iterable[Path | str]) -> None:
 
 
 def _find_spec(
-    fullname: str, search: Iterable[str] | None
+    fullname: str, search: Iterable[str] | None, *, skip: object = None
 ) -> importlib.machinery.ModuleSpec | None:
-    """What ``import fullname`` would load, asked of the import system's finders without
-    importing anything (``importlib.util.find_spec`` imports a dotted name's parents)."""
+    """What ``import fullname`` would load, asked of the import system's finders (but
+    ``skip``) without importing anything (``importlib.util.find_spec`` imports a dotted name's
+    parents)."""
     for finder in sys.meta_path:
+        if finder is skip:
+            continue
         find = getattr(finder, "find_spec", None)
         if find is None:
             continue
@@ -171,6 +192,62 @@ def check_app_module(ref: str) -> None:
             return  # not a package: importing a name below it fails, with its own message
 
 
+class _CheckingFinder:
+    """First on ``sys.meta_path`` while an app is imported: every module the app's import
+    pulls in (its own imports, theirs) is found by the other finders and checked
+    (:func:`check_trusted`) before it runs; a refusal is kept, since the importing code may
+    catch it."""
+
+    def __init__(self) -> None:
+        self.refused: list[UnsafePathError] = []
+        self.cache: dict[str, str | None] = {}  # folders judged during this import
+        self._looking: set[str] = set()  # a finder that imports while finding: no recursion
+
+    def find_spec(
+        self, fullname: str, path: Iterable[str] | None = None, target: object = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname in self._looking:
+            return None
+        self._looking.add(fullname)
+        try:
+            spec = _find_spec(fullname, path, skip=self)
+        finally:
+            self._looking.discard(fullname)
+        if spec is None:
+            return None
+        try:
+            for found, is_folder in _spec_paths(spec):
+                check_trusted(
+                    found, what=f"module {fullname} at", folder=is_folder, cache=self.cache
+                )
+        except UnsafePathError as exc:
+            self.refused.append(exc)
+            raise
+        return spec
+
+
+def import_app(ref: str) -> Callable[..., Any]:
+    """The function app ``ref`` (``module:function``) names, imported only after its module,
+    the packages above it and every module its import pulls in were checked
+    (:func:`check_app_module`, then each as it is found); :class:`UnsafePathError` for the
+    first that another user could have changed, ``ValueError`` as
+    :func:`~.app_args.resolve_app` for an app that cannot be imported."""
+    check_app_module(ref)
+    finder = _CheckingFinder()
+    sys.meta_path.insert(0, finder)
+    try:
+        fn = resolve_app(ref)
+    except ValueError:
+        if finder.refused:
+            raise finder.refused[0] from None
+        raise
+    finally:
+        sys.meta_path.remove(finder)
+    if finder.refused:  # caught inside the app's module, which then imported anyway
+        raise finder.refused[0]
+    return fn
+
+
 def check_site_profile(site: str) -> None:
     """Check the site profile file a campaign names (``site``, a name or a path) before it is
     read: its ``worker_init`` runs on the blocks as this user. An unknown name is left to the
@@ -190,5 +267,6 @@ __all__ = [
     "check_python_path",
     "check_site_profile",
     "check_trusted",
+    "import_app",
     "trusted_problem",
 ]

@@ -202,3 +202,19 @@ def test_a_link_of_the_users_own_to_a_safe_campaign_is_accepted(tmp_path: Path) 
     done = _validate(link)
     assert done.returncode == 0, done.stderr
     assert "is valid" in done.stdout
+
+
+def test_a_module_the_app_imports_is_checked_before_it_runs(tmp_path: Path) -> None:
+    """The app's own module is safe; a helper it imports was left writable by others: the
+    helper is refused before it runs (its marker is never written)."""
+    path, marker = _evil_campaign(tmp_path, code_mode=0o755, file_mode=0o644)
+    code = tmp_path / "code"
+    (app,) = code.glob("pm_app_*.py")
+    helper = f"pm_helper_{uuid.uuid4().hex[:8]}"
+    (code / f"{helper}.py").write_text(EVIL.format(marker=str(tmp_path / "helper-ran")))
+    (code / f"{helper}.py").chmod(0o666)
+    app.write_text(f"import {helper}\n\ndef train(ctx): pass\n")
+    line = _one_line_error(_validate(path))
+    assert f"refusing the module {helper} at {code / helper}.py: it has mode 0666" in line
+    assert not (tmp_path / "helper-ran").exists()
+    assert not marker.exists()
