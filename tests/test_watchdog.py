@@ -290,7 +290,9 @@ def test_the_command_drops_its_working_folder_from_its_path_and_isolates_its_chi
     no longer on the command's path (its subcommands, Parsl and torch are imported later), and
     every process it starts gets ``PYTHONSAFEPATH``; the rest of the path stays."""
     monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv(SAFE_PATH_ENV, raising=False)
+    # Set, then removed: monkeypatch then removes what isolate_driver sets after the test.
+    monkeypatch.setenv(SAFE_PATH_ENV, "")
+    monkeypatch.delenv(SAFE_PATH_ENV)
     rest = [p for p in sys.path if p not in ("", str(tmp_path))]
     monkeypatch.setattr(sys, "path", [str(tmp_path), *rest])
     isolate_driver()
