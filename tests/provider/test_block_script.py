@@ -19,6 +19,9 @@ from parsl_malleable.harvest.site_profile import load_profile
 from parsl_malleable.private_files import PrivateFolder
 from parsl_malleable.provider import BackfillProvider
 from parsl_malleable.schedulers.command_scheduler import OPTIONS_MARK
+from parsl_malleable.schedulers.emulated import EmulatedSite
+from parsl_malleable.schedulers.emulated.native_load import NativeSchedule
+from parsl_malleable.schedulers.emulated.settings import EmulatedSettings
 from parsl_malleable.schedulers.pbs import PBSScheduler
 from parsl_malleable.watchdog import group_members
 
@@ -354,3 +357,22 @@ def test_the_provider_writes_blocks_and_its_heartbeat_through_the_folder_it_chec
     finally:
         provider.close()
     assert held.fileno() == -1
+
+
+def test_the_emulated_site_writes_no_block_output_through_a_planted_link(tmp_path: Path) -> None:
+    """The emulated site (``run --demo``) appends each node's output beside the block script:
+    a link planted under that name is refused, not followed as root, and no node starts."""
+    no_natives = NativeSchedule((), time.time(), 0.0, 1.0, 2)
+    site = EmulatedSite(EmulatedSettings(nodes=2), schedule=no_natives)
+    try:
+        script = tmp_path / "b.sh"
+        script.write_text("#!/bin/bash\nexec sleep 60\n")
+        target = tmp_path / "target"
+        target.write_text("kept\n")
+        (tmp_path / "pm-block-x-b1.vn2.out").symlink_to(target)
+        with pytest.raises(OSError, match="Too many levels of symbolic links"):
+            site.submit(script, nodes=2, walltime_s=60, name="pm-block-x")
+        assert target.read_text() == "kept\n"
+        assert site.snapshot().idle_nodes() == ["vn1", "vn2"]
+    finally:
+        site.close()

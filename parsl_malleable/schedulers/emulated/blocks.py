@@ -63,27 +63,36 @@ class EmulatedBlock:
         process among them imports from its working folder (``PYTHONSAFEPATH``; issue 49)."""
         script = script.resolve()  # it is run from its own folder
         command = list(argv) or ["/bin/bash", str(script)]
-        for node in self.nodes:
-            out = script.parent / f"{self.name}-{self.job_id}.{node}.out"
-            node_env = {
-                **isolated_environment(),
-                **env,
-                SAFE_PATH_ENV: "1",
-                "PM_NODE_NAME": node,
-                "PM_BLOCK_JOB_ID": self.job_id,
-            }
-            with out.open("ab") as sink:
+        # Every output opened before any node starts, never through a link planted under its
+        # name (root would append to its target): a refused one starts nothing to track.
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
+        sinks: dict[str, int] = {}
+        try:
+            for node in self.nodes:
+                out = script.parent / f"{self.name}-{self.job_id}.{node}.out"
+                sinks[node] = os.open(out, flags, 0o600)
+                self.outputs[node] = out
+            for node in self.nodes:
+                node_env = {
+                    **isolated_environment(),
+                    **env,
+                    SAFE_PATH_ENV: "1",
+                    "PM_NODE_NAME": node,
+                    "PM_BLOCK_JOB_ID": self.job_id,
+                }
                 self.procs[node] = subprocess.Popen(
                     [sys.executable, "-I", "-S", str(WRAPPER), str(lifeline), "--", *command],
                     stdin=subprocess.DEVNULL,
-                    stdout=sink,
+                    stdout=sinks[node],
                     stderr=subprocess.STDOUT,
                     env=node_env,
                     cwd=script.parent,
                     start_new_session=True,
                     pass_fds=(lifeline,),
                 )
-            self.outputs[node] = out
+        finally:
+            for fd in sinks.values():
+                os.close(fd)
 
     def exit_codes(self) -> dict[str, int | None]:
         """Each node's wrapper exit status (None while it runs); reaps finished ones."""
