@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from parsl_malleable.campaign.driver_lock import DriverLock
+from parsl_malleable.campaign.fd_budget import DescriptorBudget, shorten_zmq_handshakes
 from parsl_malleable.campaign.sample import SiteCounts, job_sample, site_counts
 from parsl_malleable.campaign.spec import (
     Campaign,
@@ -71,6 +72,7 @@ logger = logging.getLogger(__name__)
 RUN_ENV = "PM_CAMPAIGN_RUN"  # inherited by every process a run starts; tests find them by it
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 JOB_LOGS = "logs"  # logs/<job>.log in the output folder: a failed job's traceback
+OUT_OF_FDS = "out of file descriptors"  # the outcome of a run whose descriptors ran out
 RUN_DIR_LOG = "parsl_malleable.log"  # beside Parsl's parsl.log in runinfo/NNN/
 
 
@@ -80,7 +82,7 @@ class RunOutcome:
 
     output: Path
     run: int
-    outcome: str  # "finished", "time limit", "interrupted", "nothing to do"
+    outcome: str  # "finished", "time limit", "interrupted", "nothing to do", OUT_OF_FDS
     done: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
     files: list[Path] = field(default_factory=list)
@@ -249,6 +251,7 @@ class CampaignRunner:
         self._stop = threading.Event()
         self.run_dir: Path | None = None  # Parsl's run directory of this run, once loaded
         self.stop_reason = ""  # why the run stopped before its jobs ended, when it says why
+        self._budget: DescriptorBudget | None = None  # this run's descriptors, while it trains
         # The provider's job records (its blocks) of this run, complete once the run has ended.
         self.blocks: list[Any] = []
 
@@ -364,7 +367,9 @@ class CampaignRunner:
 
         assert self.store is not None
         os.environ[RUN_ENV] = f"{self.output.resolve()}#{self.run}"
-        # Started before Parsl: the interchange is listed the moment it exists.
+        # Started before Parsl: it follows this process's tree, so the interchange is under the
+        # switch from its start (#49: registered only after parsl.load returned, a kill in
+        # between left it running); the registration below is kept for a watchdog told by pipe.
         watchdog = driver_watchdog()
         run_dir = private_dir(
             self.campaign.parsl.run_dir or self.output / "runinfo", what="Parsl run directory"
@@ -385,8 +390,14 @@ class CampaignRunner:
             policy=self.campaign.policy.settings(),
         )
         run_log: logging.Handler | None = None
+        # Before Parsl: a flood of connections to its ports must find the limit raised, the
+        # handshakes short and a reserve kept; running out ends the run in one line (#49).
+        budget = self._budget = DescriptorBudget(self._out_of_descriptors)
+        budget.start()
         try:
-            with parsl.load(config) as dfk:
+            with shorten_zmq_handshakes(htex):
+                dfk = parsl.load(config)
+            with dfk:
                 # Our records beside Parsl's parsl.log in its runinfo/NNN (campaign.log has
                 # them too): one folder to read, or to send with a bug report.
                 self.run_dir = Path(dfk.run_dir)
@@ -400,7 +411,16 @@ class CampaignRunner:
                 outcome = self._loop(controller, provider)
                 self._keep_startups(controller, every=True)  # what came since the last sample
                 return outcome
+        except Exception as exc:
+            # Out of descriptors, anything may fail anywhere (SQLite, a journal, Parsl): the
+            # jobs keep their state, and one line (stop_reason) says what happened, not a
+            # traceback (kept in campaign.log).
+            if not budget.explains(exc):
+                raise
+            logger.info("the run stopped for want of descriptors", exc_info=True)
+            return OUT_OF_FDS
         finally:
+            budget.close()
             provider.close()
             parsl.clear()
             watchdog.release()
@@ -576,7 +596,7 @@ class CampaignRunner:
             if all(job.ended for job in self.jobs.values()):
                 return "finished"
             if self._stop.is_set():
-                return "interrupted"
+                return OUT_OF_FDS if self._budget and self._budget.tripped else "interrupted"
             if provider.gave_up:
                 # No block will come: waiting for the time limit would only hide why.
                 self.stop_reason = (
@@ -588,6 +608,12 @@ class CampaignRunner:
             if limit is not None and now - self.started > limit:
                 logger.warning("time limit of %.0f s reached; unfinished jobs can resume", limit)
                 return "time limit"
+
+    def _out_of_descriptors(self, reason: str) -> None:
+        """The descriptor budget's alarm: stop the run, the jobs keep their state."""
+        self.stop_reason = reason
+        logger.info("%s", reason)
+        self.stop()
 
     def _sample(self, controller: Any, provider: Any, now: float, dt: float) -> None:
         assert self.store is not None
