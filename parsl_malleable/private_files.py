@@ -19,6 +19,10 @@ anything it writes there could be read by them. So, as ssh's StrictModes does:
   user's own (no other member), as OpenSSH's ``StrictModes`` judges it;
 * a file is written atomically (a fresh ``0600`` temporary file, then a rename), so a reader
   sees the old file or the new one, never half of one.
+* a folder written into mid-run (the blocks' scripts) is held open once checked
+  (:class:`PrivateFolder`) and its files are created relative to that descriptor (``openat``,
+  ``O_EXCL | O_NOFOLLOW``, renamed within it), so a rename of the folder after its check cannot
+  redirect a write; a path handed on (to bash, to the scheduler) is checked to still name it.
 """
 
 from __future__ import annotations
