@@ -136,8 +136,10 @@ def _chain_problem(target: Path) -> str | None:
     for folder, child in itertools.pairwise(chain):
         try:
             info = os.stat(folder)
-        except FileNotFoundError:
-            return None  # the rest is created by this user, private
+        except (FileNotFoundError, NotADirectoryError):
+            # The rest is created by this user, private (or cannot be: a file is in the way,
+            # which creating the folder reports).
+            return None
         try:
             entry: os.stat_result | None = os.lstat(child)
         except (FileNotFoundError, NotADirectoryError):

@@ -308,3 +308,10 @@ def test_a_private_folder_refuses_what_private_dir_refuses(tmp_path: Path) -> No
     link.symlink_to(tmp_path)
     with pytest.raises(UnsafePathError, match="symbolic link"):
         PrivateFolder(link)
+
+
+def test_a_file_in_the_way_is_said_by_the_folder_it_blocks(tmp_path: Path) -> None:
+    (tmp_path / "afile").write_text("")
+    assert parent_problem(tmp_path / "afile" / "x" / "y") is None  # nobody else can act there
+    with pytest.raises(UnsafePathError, match=r"cannot create the folder .*: Not a directory"):
+        private_dir(tmp_path / "afile" / "x")
