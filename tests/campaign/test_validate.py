@@ -218,3 +218,25 @@ def test_a_module_the_app_imports_is_checked_before_it_runs(tmp_path: Path) -> N
     assert f"refusing the module {helper} at {code / helper}.py: it has mode 0666" in line
     assert not (tmp_path / "helper-ran").exists()
     assert not marker.exists()
+
+
+def test_a_site_profile_others_can_change_is_refused_before_it_is_read(tmp_path: Path) -> None:
+    """A site profile's ``worker_init`` runs on the blocks as the user: a profile file others
+    can change is refused by ``validate``, ``run`` (``--site`` too) before it is read."""
+    from parsl_malleable.harvest.site_profile import find_profile
+
+    profile = tmp_path / "site.yaml"
+    profile.write_text(find_profile("emulated").read_text())
+    profile.chmod(0o666)
+    path = campaign(tmp_path, site=str(profile))
+    line = _one_line_error(_validate(path))
+    assert f"refusing the site profile {profile}: it has mode 0666" in line
+    run = [sys.executable, "-m", "parsl_malleable", "run", str(campaign(tmp_path))]
+    ran = subprocess.run(
+        [*run, "--site", str(profile), "-o", str(tmp_path / "out"), "--quiet"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert f"refusing the site profile {profile}" in _one_line_error(ran)
+    assert not (tmp_path / "out").exists()
