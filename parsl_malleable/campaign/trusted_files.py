@@ -11,16 +11,24 @@ a symbolic link must sit in a folder only its owner can change and lead to such 
 folder above it may let another user replace it
 (:func:`~parsl_malleable.private_files.parent_problem`).
 
+The running interpreter's own installation (its standard library and site-packages, under
+``sys.prefix`` and ``sys.base_prefix``) is trusted as it is: the driver already runs from it, so
+whoever can change it runs code as the user anyway, and at a site it often belongs to the
+software team's account, not root (a shared module of Python and torch), which this rule would
+otherwise refuse.
+
 Once a file passes, nobody else can change it (nor any folder that leads to it), so reading or
 importing it by name afterwards reads what was checked.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib.machinery
 import os
 import stat
 import sys
+import sysconfig
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -57,6 +65,20 @@ def _link_problem(path: Path, link: os.stat_result) -> str | None:
     return None
 
 
+@functools.cache
+def _installation_roots() -> tuple[str, ...]:
+    """The folders of the running interpreter's installation (resolved, with a final ``/``)."""
+    roots = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
+    roots.update(sysconfig.get_paths().values())
+    return tuple(sorted({os.path.join(os.path.realpath(r), "") for r in roots if r}))
+
+
+def in_installation(path: Path | str) -> bool:
+    """Whether ``path`` (resolved) lies in the running interpreter's own installation."""
+    real = os.path.realpath(path)
+    return any(os.path.join(real, "").startswith(root) for root in _installation_roots())
+
+
 def trusted_problem(
     path: Path | str, *, folder: bool = False, cache: dict[str, str | None] | None = None
 ) -> str | None:
@@ -67,6 +89,8 @@ def trusted_problem(
     judged by the folders above it only (it would be created by this user). ``cache`` keeps
     the verdict on the folders above, by folder, for many paths checked at once."""
     path = Path(path).expanduser()
+    if in_installation(path):
+        return None  # the interpreter's own files: trusted as the interpreter is
     me = os.geteuid()
     try:
         entry = os.lstat(path)
@@ -268,5 +292,6 @@ __all__ = [
     "check_site_profile",
     "check_trusted",
     "import_app",
+    "in_installation",
     "trusted_problem",
 ]

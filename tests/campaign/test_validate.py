@@ -4,11 +4,13 @@ without running anything; ``run --demo`` runs the shipped demo."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import uuid
 from pathlib import Path
 
+import pytest
 import yaml
 from click.testing import CliRunner
 
@@ -240,3 +242,25 @@ def test_a_site_profile_others_can_change_is_refused_before_it_is_read(tmp_path:
     )
     assert f"refusing the site profile {profile}" in _one_line_error(ran)
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chown to another user needs root")
+def test_the_interpreters_own_installation_is_trusted_whoever_owns_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A site's shared Python (torch and all) often belongs to its software team's account, not
+    root; the driver already runs from it, so it is trusted, while the same file elsewhere is
+    refused."""
+    from parsl_malleable.campaign import trusted_files
+
+    for name in ("prefix", "elsewhere"):
+        folder = tmp_path / name
+        folder.mkdir()
+        module = folder / "shared_module.py"
+        module.write_text("X = 1\n")
+        os.chown(module, 65534, 65534)
+    prefix = os.path.join(os.path.realpath(tmp_path / "prefix"), "")
+    monkeypatch.setattr(trusted_files, "_installation_roots", lambda: (prefix,))
+    assert trusted_files.trusted_problem(tmp_path / "prefix" / "shared_module.py") is None
+    problem = trusted_files.trusted_problem(tmp_path / "elsewhere" / "shared_module.py")
+    assert problem is not None and "belongs to uid 65534" in problem
