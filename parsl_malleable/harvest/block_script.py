@@ -38,6 +38,15 @@ from parsl_malleable.schedulers.command_scheduler import OPTIONS_MARK
 
 SCRIPT = """#!/bin/bash
 # parsl-malleable block for Parsl block {block_id} (slot {slot_id}); generated, do not edit.
+# The scheduler keeps this script from the submit on, but the node script and Parsl's command
+# are read from the block folder when the job starts: only from a folder that is still this
+# user's alone, so that nothing another user put in its place is run.
+pm_mode=$(stat -c %a {signal_dir_q}) || exit 1
+if [ -L {signal_dir_q} ] || [ ! -O {signal_dir_q} ] || (( 8#$pm_mode & 8#022 )); then
+    echo "parsl-malleable: the block folder "{signal_dir_q}" is not this user's alone" \
+        "(mode $pm_mode): it was replaced since the submit; nothing is run" >&2
+    exit 1
+fi
 {worker_init}
 export PM_BLOCK_ID={block_id_q}
 export PM_BLOCK_WALLTIME_S={walltime}

@@ -376,3 +376,35 @@ def test_the_emulated_site_writes_no_block_output_through_a_planted_link(tmp_pat
         assert site.snapshot().idle_nodes() == ["vn1", "vn2"]
     finally:
         site.close()
+
+
+@pytest.mark.parametrize("theirs", ["group-writable", "another user's"])
+def test_a_batch_script_runs_nothing_from_a_folder_swapped_in_after_the_submit(
+    tmp_path: Path, theirs: str
+) -> None:
+    """The scheduler keeps the batch script from the submit on, but the job may start much
+    later and reads the node script and the command from the block folder by name: a folder
+    put in its place meanwhile (not this user's alone) is refused and nothing in it runs."""
+    if theirs == "another user's" and os.geteuid() != 0:
+        pytest.skip("chown to another user needs root")
+    blocks = tmp_path / "blocks"
+    kept = _block(blocks, command="echo mine").read_text()  # what sbatch or qsub stored
+    blocks.rename(tmp_path / "moved")
+    blocks.mkdir()
+    marker = tmp_path / "ran"
+    for name in ("s.node", "s.command"):
+        (blocks / name).write_text(f"touch {marker}\n")
+    if theirs == "group-writable":
+        os.chmod(blocks, 0o770)
+    else:
+        os.chmod(blocks, 0o700)
+        os.chown(blocks, 12345, 12345)
+    stored = tmp_path / "stored.sh"
+    stored.write_text(kept)
+    done = subprocess.run(
+        ["bash", str(stored)], capture_output=True, text=True, timeout=60,
+        env={**os.environ, "SLURM_JOB_ID": "5"},
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    assert "is not this user's alone" in done.stderr and "nothing is run" in done.stderr
+    assert not marker.exists()
