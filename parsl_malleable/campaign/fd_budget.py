@@ -120,7 +120,8 @@ class DescriptorBudget:
     def start(self) -> None:
         """Raise the limit, open the reserve, start watching."""
         self.limit = raise_soft_limit()
-        self.margin = max(MARGIN_MIN, self.limit // 10)
+        # A tenth of the limit, at least MARGIN_MIN, but never most of a small limit.
+        self.margin = max(min(MARGIN_MIN, self.limit // 4), self.limit // 10)
         with contextlib.suppress(OSError):
             for _ in range(self.reserve):
                 self._held.append(os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC))
