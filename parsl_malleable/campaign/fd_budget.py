@@ -15,12 +15,14 @@ around it:
 * :func:`shorten_zmq_handshakes`: the driver's ZMQ sockets drop a connection that has not
   completed its handshake within :data:`HANDSHAKE_IVL_MS` (the interchange, on this host,
   completes it in milliseconds, and reconnects by itself if it ever does not), so a flood holds
-  at most its rate times 2 s of descriptors instead of its rate times 30 s;
+  about its rate times 2 s of descriptors instead of its rate times 30 s;
 * :class:`DescriptorBudget`: a thread counts the open descriptors; when fewer than a margin are
-  left, the run stops as if interrupted, its jobs keep their state, and the driver says so in
-  one line (``stop_reason``). A reserve of :data:`RESERVE` descriptors, opened at the start,
-  is closed when the run ends that way, so that the state and the results can still be written
-  while the Parsl executor's sockets (and the flood's connections with them) are closed.
+  left (a tenth of the limit, at least :data:`MARGIN_MIN` but never more than a quarter), the
+  run stops as if interrupted, its jobs keep their state, and the driver says so in one line
+  (``stop_reason``); an error that comes from running out (``EMFILE`` anywhere: SQLite, a
+  journal, Parsl) ends it the same way. A reserve of :data:`RESERVE` descriptors, opened at the
+  start, is closed at the alarm, so that the state can still be written while the Parsl
+  executor shuts down (closing its sockets, and the flood's connections with them).
 
 The project's own listeners (``transport/server.py``) already cap what strangers hold.
 """
