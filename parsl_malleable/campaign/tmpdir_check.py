@@ -1,8 +1,9 @@
 """A driver whose ``TMPDIR`` is too long for the worker pools' sockets, refused at the start.
 
-On the emulated site the blocks' worker pools run on this host, in a private folder the site
-makes in the driver's ``TMPDIR`` (``pm-XXXXXXXX``, removed when the site closes), and Python's
-multiprocessing names its AF_UNIX sockets ``$TMPDIR/pm-XXXXXXXX/pymp-XXXXXXXX/listener-XXXXXXXX``.
+On the emulated site the blocks' worker pools run on this host with the driver's ``TMPDIR``
+(in a private folder ``pm-XXXXXXXX`` the site makes there and removes when it closes, when that
+still fits), and Python's multiprocessing names its AF_UNIX sockets
+``$TMPDIR/pymp-XXXXXXXX/listener-XXXXXXXX``.
 Linux allows 107 bytes for such a path: with a longer ``TMPDIR`` every pool fails at its start
 ("AF_UNIX path too long"), and the run would learn it only from its blocks failing one after
 another. Live sites' nodes have their own ``TMPDIR``, which the driver cannot see.
@@ -17,8 +18,7 @@ from parsl_malleable.errors import ConfigError
 from parsl_malleable.harvest.site_profile import SiteProfile
 
 SUN_PATH_MAX = 107  # bytes of an AF_UNIX socket path (Linux's sun_path, less its NUL)
-# The emulated site's private folder (schedulers/emulated/scheduler.py), then multiprocessing's.
-POOL_SOCKET_NAME = len("/pm-XXXXXXXX/pymp-XXXXXXXX/listener-XXXXXXXX")
+POOL_SOCKET_NAME = len("/pymp-XXXXXXXX/listener-XXXXXXXX")  # multiprocessing's, under TMPDIR
 
 
 def check_tmpdir_fits(profile: SiteProfile, *, source: str = "<campaign>") -> None:

@@ -359,3 +359,18 @@ def test_a_killed_blocks_pymp_folders_go_with_the_site(
     site.cancel([job])  # TERM, then KILL: no finalizer of theirs runs
     site.close()
     assert list(user_tmp.iterdir()) == []
+
+
+def test_under_a_long_tmpdir_the_blocks_keep_it_as_it_is(
+    sites: Make, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One more level under a TMPDIR of 70 bytes would push a pool's socket past AF_UNIX's 107
+    (the pools failed to start: the notebook's test); the blocks then use the TMPDIR itself,
+    which campaign/tmpdir_check.py accepts up to 75 bytes."""
+    long_tmp = tmp_path / ("t" * max(1, 70 - len(os.fsencode(tmp_path)) - 1))
+    long_tmp.mkdir()
+    assert len(os.fsencode(long_tmp)) >= 70
+    monkeypatch.setattr(tempfile, "tempdir", str(long_tmp))
+    site = sites(schedule=hand_schedule(2))
+    assert "TMPDIR" not in site.env
+    assert list(long_tmp.iterdir()) == []

@@ -101,6 +101,13 @@ class NodeCounts:
 BLOCK_TMP_PREFIX = "pm-"
 """The name of the blocks' private temporary folder (``/tmp/pm-XXXXXXXX``, short: a pool's
 socket path under it must fit AF_UNIX's 107 bytes, see campaign/tmpdir_check.py)."""
+_SUN_PATH_MAX = 107  # bytes of an AF_UNIX socket path (Linux's sun_path, less its NUL)
+_POOL_SOCKET_BELOW_TMP = len("/pm-XXXXXXXX/pymp-XXXXXXXX/listener-XXXXXXXX")
+
+
+def _private_tmp_fits(folder: str) -> bool:
+    """Whether a pool's socket still fits AF_UNIX's limit under a private folder in ``folder``."""
+    return len(os.fsencode(folder)) + _POOL_SOCKET_BELOW_TMP <= _SUN_PATH_MAX
 
 
 class EmulatedSite(BlockScheduler):
@@ -130,10 +137,11 @@ class EmulatedSite(BlockScheduler):
         # The blocks' temporary folder, private to this site and removed when it closes: a
         # pool's multiprocessing makes a pymp-* folder there and, killed with its block (as
         # yields and cancels do), never removes it; in the user's TMPDIR they piled up, several
-        # per run. A TMPDIR given in ``env`` is the caller's to keep.
+        # per run. A TMPDIR given in ``env`` is the caller's to keep; under a TMPDIR too long
+        # for one more level (the pools' sockets would not fit), the blocks use it as it is.
         self.env = dict(env or {})
         self._tmp: str | None = None
-        if "TMPDIR" not in self.env:
+        if "TMPDIR" not in self.env and _private_tmp_fits(tempfile.gettempdir()):
             self._tmp = tempfile.mkdtemp(prefix=BLOCK_TMP_PREFIX)
             self.env["TMPDIR"] = self._tmp
         self.ours_prefix = ours_prefix
