@@ -134,8 +134,13 @@ class ProcessTree:
         self.root_started = root_started
         self.exclude = exclude
         self.known: dict[int, str] = {}
-        self.root_group = os.getpgid(root) if root_started is not None else None
-        self.root_session = os.getsid(root) if root_started is not None else None
+        self.root_group: int | None = None
+        self.root_session: int | None = None
+        if root_started is not None:
+            # The root may die between reading its start time and these: then there is no tree
+            # to follow (and the watchdog cleans up what it was told, as before).
+            with contextlib.suppress(ProcessLookupError):
+                self.root_group, self.root_session = os.getpgid(root), os.getsid(root)
         # When the tree was last read with the root alive; before any read, the root's start
         # (so the sweep never takes what its group held before the root began).
         self.polled_ticks = int(root_started) if root_started is not None else 0
