@@ -4,9 +4,10 @@ survives, its state intact, and the rerun resumes.
 Parsl's HighThroughputExecutor binds three ZMQ sockets in the driver (127.0.0.1, ports
 55000-56000), which any local user can reach; libzmq accepts every connection and holds a
 descriptor for it until its handshake times out. With ``ulimit -n`` 20000, ~21,000 silent
-connections killed a driver in 6 s with a traceback. Here the driver gets a limit of
-:data:`LIMIT` descriptors, so that a bounded flood (at most :data:`MAX_CONNECTIONS`
-connections, to 127.0.0.1 only; it stops by itself) outruns it quickly.
+connections killed a driver in 6 s with a traceback (in the Optuna journal of a search). Here
+the driver, running jobs or a search, gets a limit of :data:`LIMIT` descriptors, so that a
+bounded flood (at most :data:`MAX_CONNECTIONS` connections, to 127.0.0.1 only; it stops by
+itself) outruns it quickly.
 """
 
 from __future__ import annotations
@@ -20,12 +21,40 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
-from tests.campaign.runs import command, env, query, small_demo
+from tests.campaign.runs import REPO, command, env, query, small_demo
 
 LIMIT = 1024  # the driver's descriptors (soft = hard, so that it cannot raise them)
 MAX_CONNECTIONS = 4000  # the flood's bound
 PARSL_PORTS = range(55000, 56001)  # HighThroughputExecutor's interchange_port_range
+
+
+def search_campaign(tmp: Path) -> Path:
+    """A search whose trials the driver asks of its Optuna study (a journal file, which the
+    tester's flood broke with "Too many open files"), each long enough to be flooded in."""
+    data = {
+        "site": "emulated",
+        "python_path": [str(REPO)],
+        "metric": {"name": "test_accuracy", "direction": "max"},
+        "searches": [
+            {
+                "name": "flooded",
+                "app": "apps.digits:train_elastic",
+                "epochs": 10,
+                "max_nodes": 2,
+                "checkpoint_every": 10,
+                "args": {"batch_size": 32, "hidden": [32], "step_delay_s": 0.05},
+                "space": {"lr": {"type": "float", "low": 0.01, "high": 0.1, "log": True}},
+                "trials": 3,
+                "parallel": 2,
+                "sampler": {"type": "random", "seed": 0},
+            }
+        ],
+    }
+    path = tmp / "search.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
 
 
 def _limit_descriptors() -> None:
@@ -90,10 +119,11 @@ def flood(ports: list[int], driver: subprocess.Popen[str]) -> int:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("kind", ["jobs", "search"])
 def test_a_flood_of_connections_to_the_drivers_parsl_ports_ends_cleanly_and_resumes(
-    tmp_path: Path,
+    tmp_path: Path, kind: str
 ) -> None:
-    campaign = small_demo(tmp_path)
+    campaign = small_demo(tmp_path) if kind == "jobs" else search_campaign(tmp_path)
     output = tmp_path / "out"
     log = tmp_path / "driver.log"
     with log.open("w") as sink:
@@ -153,6 +183,7 @@ def test_a_flood_of_connections_to_the_drivers_parsl_ports_ends_cleanly_and_resu
         assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
     finally:
         db.close()
+    assert not list(output.rglob("*.damaged"))  # a search's journal was not set aside either
     # The rerun resumes from the checkpoints: it says so for a job, then is stopped.
     rerun_log = tmp_path / "rerun.log"
     with rerun_log.open("w") as sink:
