@@ -33,6 +33,8 @@ def test_two_kills_one_in_parsl_load_lose_no_step_and_leave_nothing(tmp_path: Pa
             "25",
             "--load-kills",
             "0.5",
+            "--after-interchange-max",
+            "0",  # at once: inside parsl.load, whose end waits for the interchange's answer
         ],
         capture_output=True,
         text=True,
