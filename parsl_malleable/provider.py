@@ -55,7 +55,7 @@ from parsl_malleable.harvest.launching import Launcher
 from parsl_malleable.harvest.ledger import BlockInfo, JobRecord, Phase, PollReport, Slot
 from parsl_malleable.harvest.listen_address import listen_address
 from parsl_malleable.harvest.poll_context import PollContext, YieldHook
-from parsl_malleable.harvest.quiet_interchange import LAUNCH_CMD as INTERCHANGE_LAUNCH_CMD
+from parsl_malleable.harvest.quiet_interchange import launch_cmd as interchange_launch_cmd
 from parsl_malleable.harvest.site_profile import SiteProfile, load_profile
 from parsl_malleable.harvest.sites import (
     BlockScheduler,
@@ -575,8 +575,9 @@ def harvest_executor(
     profile = provider.profile
     options: dict[str, Any] = {
         "launch_cmd": POOL_LAUNCH_CMD,
-        # Parsl's interchange, its logging errors (a full disk) kept off the user's terminal.
-        "interchange_launch_cmd": INTERCHANGE_LAUNCH_CMD,
+        # Parsl's interchange, its logging errors (a full disk) kept off the user's terminal,
+        # ending with this process however it dies.
+        "interchange_launch_cmd": interchange_launch_cmd(),
         "max_workers_per_node": profile.node_ranks,
         "block_error_handler": backfill_error_handler,
         "heartbeat_period": 2,

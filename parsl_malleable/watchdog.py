@@ -171,16 +171,28 @@ class ProcessTree:
 
     def sweep_group(self, table: dict[int, ProcInfo] | None = None) -> None:
         """After the root died: add the members of its process group that started since the
-        last poll (children it made in the last moment, already handed to init)."""
+        last poll and were handed to a reaper (children it made in the last moment).
+
+        A member whose parent is another live member of the group is not the driver's orphan:
+        the group is often a shell script's or a test runner's, whose next command (``run``
+        then ``status``) starts in it as the driver dies. Parsl's interchange also ends by
+        itself when its driver dies (``harvest/quiet_interchange.py``), whatever reaper
+        takes it."""
         if self.root_group is None:
             return
         table = process_table() if table is None else table
+
+        def orphaned(info: ProcInfo) -> bool:
+            parent = table.get(info.ppid)
+            return parent is None or parent.pgid != self.root_group or info.ppid in self.known
+
         for pid, info in table.items():
             if (
                 info.pgid == self.root_group
                 and pid not in (self.exclude, self.root)
                 and int(info.started) >= self.polled_ticks - 1
                 and pid not in self.known
+                and orphaned(info)
             ):
                 self.known[pid] = info.started
         self.poll(table)  # and whatever those started

@@ -243,11 +243,12 @@ def test_the_sweep_takes_the_dead_drivers_group_members_started_since_the_last_r
     tree.polled_ticks = 1000
     table = _table(
         {1: (0, 1, 1, 0), 5: (1, 7, 7, 10), 103: (1, 103, 103, 55), 300: (1, 7, 7, 1001),
-         301: (300, 7, 7, 1002), 400: (1, 9, 9, 1003)}
+         301: (300, 7, 7, 1002), 400: (1, 9, 9, 1003), 500: (5, 7, 7, 1004)}
     )  # fmt: skip
     tree.sweep_group(table)
-    # 5 (the shell, older than the last read) and 400 (another group) are not the driver's;
-    # 300 started after the last read in its group, and 301 under 300, are.
+    # 5 (the shell, older than the last read) and 400 (another group) are not the driver's, nor
+    # 500, the shell's next command (its parent lives in the group); 300 started after the last
+    # read in its group and was handed to init, and 301 under 300, are.
     assert sorted(tree.known) == [300, 301]
 
 

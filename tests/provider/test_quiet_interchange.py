@@ -4,6 +4,7 @@ the one line that said what happened (issue 49)."""
 
 from __future__ import annotations
 
+import os
 import pickle
 import socket
 import subprocess
@@ -13,8 +14,9 @@ from pathlib import Path
 import pytest
 from parsl.executors.high_throughput.manager_selector import RandomManagerSelector
 
-from parsl_malleable.harvest.quiet_interchange import INTERCHANGE_MODULE, LAUNCH_CMD
+from parsl_malleable.harvest.quiet_interchange import INTERCHANGE_MODULE, LAUNCH_CMD, launch_cmd
 from parsl_malleable.provider import BackfillProvider, harvest_executor
+from parsl_malleable.watchdog import alive, process_start_time
 from tests.provider.conftest import wait_for
 
 
@@ -73,7 +75,43 @@ def _stderr_of_interchange(command: list[str], logdir: Path) -> str:
 
 def test_the_harvest_executor_starts_the_quiet_interchange() -> None:
     provider = BackfillProvider("slurm-test", autostart=False, slots=1)
-    assert harvest_executor(provider).interchange_launch_cmd == LAUNCH_CMD
+    assert harvest_executor(provider).interchange_launch_cmd == launch_cmd()
+    assert launch_cmd()[: len(LAUNCH_CMD)] == LAUNCH_CMD
+
+
+# The driver's stand-in: starts the interchange's wrapper watching itself, its standard input a
+# pipe the test holds open (so the interchange waits for its configuration, as after a start),
+# says the child's pid, and dies at once without a word.
+_DYING_DRIVER = """
+import os, subprocess, sys
+from parsl_malleable.harvest.quiet_interchange import launch_cmd
+quiet = subprocess.DEVNULL  # none of the pipes that the test reads to their end
+child = subprocess.Popen(launch_cmd(), stdin=int(sys.argv[1]), stdout=quiet, stderr=quiet)
+print(child.pid, flush=True)
+os._exit(0)
+"""
+
+
+def test_the_interchange_ends_when_its_driver_dies_however_it_dies() -> None:
+    """A driver killed inside ``parsl.load`` left the interchange running for good: it was put
+    under the watchdog only after ``parsl.load`` returned. It now watches its own parent."""
+    read_end, write_end = os.pipe()
+    try:
+        driver = subprocess.run(
+            [sys.executable, "-c", _DYING_DRIVER, str(read_end)],
+            pass_fds=(read_end,),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert driver.returncode == 0, driver.stderr
+        pid = int(driver.stdout)
+        started = process_start_time(pid)
+        # Without the watch it would wait on its standard input, held open here, for ever.
+        assert wait_for(lambda: not alive(pid, started), 30), "the orphaned interchange lives"
+    finally:
+        os.close(read_end)
+        os.close(write_end)
 
 
 @pytest.mark.parametrize("quiet", [True, False])
