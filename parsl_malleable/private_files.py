@@ -150,9 +150,7 @@ def _chain_problem(target: Path) -> str | None:
                 "replace anything in it; use a path under folders only you (or root) own"
             )
         mode = stat.S_IMODE(info.st_mode)
-        loose = mode & _OTHERS_WRITE
-        if loose == 0o020 and _group_is_mine(info.st_gid) and not _has_acl(folder):
-            loose = 0
+        loose = others_write_bits(folder, info)
         if not loose:
             continue
         if mode & stat.S_ISVTX and (entry is None or entry.st_uid in (0, me)):
@@ -202,6 +200,34 @@ def check_parents(path: Path | str, *, what: str = "folder") -> None:
         raise UnsafePathError(f"refusing the {what} {path}: {problem}")
 
 
+def _existing_dir(path: Path, *, what: str, acting: str, new_path_hint: bool) -> os.stat_result:
+    """The status of the existing folder ``path``; :class:`UnsafePathError` for a symbolic
+    link, a non-folder, another user's folder, or one others can write (the message says what
+    this ``acting`` would do for them, and with ``new_path_hint`` that a new path is made
+    private)."""
+    info = os.lstat(path)
+    if stat.S_ISLNK(info.st_mode):
+        raise UnsafePathError(
+            f"refusing the {what} {path}: it is a symbolic link, which another user could point "
+            "anywhere; give the folder itself"
+        )
+    if not stat.S_ISDIR(info.st_mode):
+        raise UnsafePathError(f"refusing the {what} {path}: it is not a folder")
+    problem = _owner_problem(info)
+    if problem:
+        hint = "; give a folder you own (a new path is created private)" if new_path_hint else ""
+        raise UnsafePathError(f"refusing the {what} {path}: {problem}{hint}")
+    mode = stat.S_IMODE(info.st_mode)
+    if mode & _OTHERS_WRITE:
+        hint = ", or give a new path, which is created private" if new_path_hint else ""
+        raise UnsafePathError(
+            f"refusing the {what} {path}: its mode is {mode:04o}, so {_who(mode & _OTHERS_WRITE)} "
+            f"can add, replace or remove its files (a planted file could make this {acting} act "
+            f"for them). Fix: check its contents, then `chmod 700 {path}`{hint}"
+        )
+    return info
+
+
 def private_dir(path: Path | str, *, what: str = "folder") -> Path:
     """Create ``path`` (and its missing parents) private to this user, or check and narrow an
     existing one; the path. :class:`UnsafePathError` (naming the folder, its mode and the fix)
@@ -217,28 +243,8 @@ def private_dir(path: Path | str, *, what: str = "folder") -> Path:
         raise UnsafePathError(f"cannot create the {what} {path}: {exc.strerror}") from exc
     # Again: another user may have made a missing parent (in /tmp, say) after the first check.
     check_parents(path, what=what)
-    info = os.lstat(path)
-    if stat.S_ISLNK(info.st_mode):
-        raise UnsafePathError(
-            f"refusing the {what} {path}: it is a symbolic link, which another user could point "
-            "anywhere; give the folder itself"
-        )
-    if not stat.S_ISDIR(info.st_mode):
-        raise UnsafePathError(f"refusing the {what} {path}: it is not a folder")
-    problem = _owner_problem(info)
-    if problem:
-        raise UnsafePathError(
-            f"refusing the {what} {path}: {problem}; give a folder you own (a new path is "
-            "created private)"
-        )
+    info = _existing_dir(path, what=what, acting="run", new_path_hint=True)
     mode = stat.S_IMODE(info.st_mode)
-    if mode & _OTHERS_WRITE:
-        raise UnsafePathError(
-            f"refusing the {what} {path}: its mode is {mode:04o}, so {_who(mode & _OTHERS_WRITE)} "
-            "can add, replace or remove its files (a planted file could make this run act for "
-            f"them). Fix: check its contents, then `chmod 700 {path}`, or give a new path, "
-            "which is created private"
-        )
     if mode & _OTHERS_ANY:
         os.chmod(path, PRIVATE_DIR_MODE)
         logger.info("%s %s narrowed from mode %04o to 0700", what, path, mode)
@@ -246,23 +252,27 @@ def private_dir(path: Path | str, *, what: str = "folder") -> Path:
 
 
 @contextlib.contextmanager
-def _opened_regular(path: Path) -> Iterator[tuple[BinaryIO, os.stat_result]]:
-    """``path`` open for reading, with its status: one open that follows no symbolic link and
-    never blocks on a FIFO; :class:`UnsafePathError` for a link or anything but a regular file.
-    Checks made on the status are checks of the file then read."""
+def _opened_regular(
+    path: Path, *, dir_fd: int | None = None, shown: Path | None = None
+) -> Iterator[tuple[BinaryIO, os.stat_result]]:
+    """``path`` (relative to the folder ``dir_fd`` when given; ``shown`` in messages) open
+    for reading, with its status: one open that follows no symbolic link and never blocks on a
+    FIFO; :class:`UnsafePathError` for a link or anything but a regular file. Checks made on
+    the status are checks of the file then read."""
+    shown = path if shown is None else shown
     flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     try:
-        fd = os.open(path, flags)
+        fd = os.open(path, flags, dir_fd=dir_fd)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise UnsafePathError(
-                f"refusing to read {path}: it is a symbolic link, which could point anywhere"
+                f"refusing to read {shown}: it is a symbolic link, which could point anywhere"
             ) from exc
         raise
     with os.fdopen(fd, "rb") as file:
         info = os.fstat(file.fileno())
         if not stat.S_ISREG(info.st_mode):
-            raise UnsafePathError(f"refusing to read {path}: it is not a regular file")
+            raise UnsafePathError(f"refusing to read {shown}: it is not a regular file")
         yield file, info
 
 
@@ -452,20 +462,11 @@ class PrivateFolder:
         """The bytes of file ``name`` in this folder, read as :func:`read_private_bytes` reads
         (no link followed, no FIFO waited on, a regular file of this user others cannot
         change), through the folder's descriptor. ``FileNotFoundError`` passes through."""
-        name = self._name(name)
-        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-        try:
-            fd = os.open(name, flags, dir_fd=self._fd)
-        except OSError as exc:
-            if exc.errno == errno.ELOOP:
-                raise UnsafePathError(
-                    f"refusing to read {self.path / name}: it is a symbolic link"
-                ) from exc
-            raise
-        with os.fdopen(fd, "rb") as file:
-            problem = _file_problem(os.fstat(file.fileno()), secret=secret)
+        shown = self.path / self._name(name)
+        with _opened_regular(Path(name), dir_fd=self._fd, shown=shown) as (file, info):
+            problem = _file_problem(info, secret=secret)
             if problem:
-                raise UnsafePathError(f"refusing to read {self.path / name}: {problem}")
+                raise UnsafePathError(f"refusing to read {shown}: {problem}")
             return file.read()
 
     def read_text(self, name: str, *, secret: bool = False) -> str:
@@ -517,20 +518,6 @@ class PrivateFolder:
             )
 
 
-__all__ = [
-    "PRIVATE_DIR_MODE",
-    "PRIVATE_FILE_MODE",
-    "PrivateFolder",
-    "check_parents",
-    "check_private_file",
-    "parent_problem",
-    "private_dir",
-    "read_private_bytes",
-    "read_regular_file",
-    "write_private_bytes",
-]
-
-
 # Check-only helpers for commands that read a folder or trust a file without writing there.
 
 
@@ -539,11 +526,8 @@ def others_write_bits(path: Path | str, info: os.stat_result) -> int:
     change it: group and other write, less the group bit of a group that is this user's alone
     (:func:`_group_is_mine`) where no POSIX ACL widens it, as the folders above are judged."""
     loose = stat.S_IMODE(info.st_mode) & _OTHERS_WRITE
-    if loose == 0o020 and _group_is_mine(info.st_gid):
-        try:
-            os.getxattr(path, "system.posix_acl_access")
-        except OSError:  # no ACL (ENODATA), or none possible (ENOTSUP): the bits say it all
-            return 0
+    if loose == 0o020 and _group_is_mine(info.st_gid) and not _has_acl(Path(path)):
+        return 0
     return loose
 
 
@@ -555,25 +539,21 @@ def check_private_dir(path: Path | str, *, what: str = "folder") -> Path:
     ``FileNotFoundError`` when it does not exist."""
     path = Path(path).expanduser()
     check_parents(path, what=what)
-    info = os.lstat(path)
-    if stat.S_ISLNK(info.st_mode):
-        raise UnsafePathError(
-            f"refusing the {what} {path}: it is a symbolic link, which another user could point "
-            "anywhere; give the folder itself"
-        )
-    if not stat.S_ISDIR(info.st_mode):
-        raise UnsafePathError(f"refusing the {what} {path}: it is not a folder")
-    problem = _owner_problem(info)
-    if problem:
-        raise UnsafePathError(f"refusing the {what} {path}: {problem}")
-    mode = stat.S_IMODE(info.st_mode)
-    if mode & _OTHERS_WRITE:
-        raise UnsafePathError(
-            f"refusing the {what} {path}: its mode is {mode:04o}, so {_who(mode & _OTHERS_WRITE)} "
-            "can add, replace or remove its files (a planted file could make this command act "
-            f"for them). Fix: check its contents, then `chmod 700 {path}`"
-        )
+    _existing_dir(path, what=what, acting="command", new_path_hint=False)
     return path
 
 
-__all__ += ["check_private_dir", "others_write_bits"]
+__all__ = [
+    "PRIVATE_DIR_MODE",
+    "PRIVATE_FILE_MODE",
+    "PrivateFolder",
+    "check_parents",
+    "check_private_dir",
+    "check_private_file",
+    "others_write_bits",
+    "parent_problem",
+    "private_dir",
+    "read_private_bytes",
+    "read_regular_file",
+    "write_private_bytes",
+]
